@@ -1,0 +1,278 @@
+"""The loss composer: one function that turns any spec into a loss.
+
+``build_loss(spec)`` looks every component up in the registry once (the config stops here) and
+returns a :class:`Loss`, called as ``loss(online=net, target=target_net, batch=batch, key=key,
+step=0) -> (scalar, LossAux)``. The composer never branches on an algorithm's name; the only
+structural choice is whether the network has a recurrent core (sequences with burn-in, Kapturowski
+et al. 2019) or not (single, possibly n-step, transitions).
+
+The pipeline, per example (rlax style, vmapped over the batch):
+
+1. forward passes: online at s (with gradient), and, gradient stopped, online at s′ (double-Q
+   selector), target at s′ and target at s (the Munchausen log-policy); unused ones are removed
+   by XLA's dead-code elimination under ``jit``;
+2. reward: clipped to ±``reward_clip`` (or not), plus the Munchausen bonus (or the neutral zero);
+3. bootstrap policy (π, shift) at s′ from the ``bootstrap`` component;
+4. the head loss (``head_loss`` axis): target h(r + d·Σπ(h⁻¹Z + shift)) and element loss;
+5. reduction: importance weights (1/(p + ε))^β / max over the *global* batch, weighted mean,
+   plus the regulariser; priorities from the priority rule where the replay is prioritised.
+
+Sequences: n-step returns are accumulated inside the stored sequence (truncated at its end, as
+rlax.n_step_bootstrapped_returns), the Munchausen bonus is added at every step, and the
+per-sequence loss is the (masked) sum over time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from zoo import registry
+from zoo.losses.components import Bonus, munchausen_bonus, no_bonus
+from zoo.schedules import build_schedule
+from zoo.spec import AlgorithmSpec
+from zoo.types import LossAux, NetworkOutput, SequenceBatch, Transition
+
+Array = jax.Array
+
+__all__ = ["Loss", "build_loss", "n_step_targets"]
+
+
+def n_step_targets(r: Array, d: Array, n: int) -> tuple[Array, Array, Array]:
+    """n-step return components inside one sequence, truncated at its end.
+
+    Args:
+      r: ``[L]`` rewards r₀ … r_{L−1}.
+      d: ``[L]`` discounts (agent γ included) d₀ … d_{L−1}.
+      n: the number of steps.
+
+    Returns:
+      ``(R, G, idx)``, each ``[L]``: Rₜ = Σ_{k<m} (Π_{i<k} d_{t+i})·r_{t+k},
+      Gₜ = Π_{i<m} d_{t+i} and idx_t = t + m, the state bootstrapped from, with m = min(n, L − t).
+      Rₜ + Gₜ·v(idx_t) is rlax.n_step_bootstrapped_returns (λ = 1).
+    """
+    length = r.shape[0]
+    r_pad = jnp.concatenate([r, jnp.zeros((n,), r.dtype)])
+    d_pad = jnp.concatenate([d, jnp.ones((n,), d.dtype)])
+    ret = jnp.zeros_like(r)
+    gain = jnp.ones_like(d)
+    for k in range(n):
+        ret = ret + gain * r_pad[k : k + length]
+        gain = gain * d_pad[k : k + length]
+    idx = jnp.minimum(jnp.arange(length) + n, length)
+    return ret, gain, idx
+
+
+def _apply(net: Any, observations: Array, key: Array) -> NetworkOutput:
+    """A feed-forward network over a batch; one noise sample shared by the batch."""
+    return jax.vmap(lambda o: net(o, key=key))(observations)
+
+
+def _time_major_atoms(out: NetworkOutput, length: int) -> NetworkOutput:
+    """Give the atoms a time axis when an unroll returned them once."""
+    if out.atoms is not None and out.atoms.ndim == 1:
+        out = out._replace(atoms=jnp.broadcast_to(out.atoms, (length, out.atoms.shape[0])))
+    return out
+
+
+class Loss:
+    """A composed loss. Call as ``loss(online=, target=, batch=, key=, step=0)``.
+
+    Attributes:
+      spec: the spec it was built from.
+      recurrent: whether it takes :class:`~zoo.types.SequenceBatch` (else
+        :class:`~zoo.types.Transition`).
+      prioritized: whether it returns priorities.
+    """
+
+    def __init__(self, spec: AlgorithmSpec, axis_name: str | None = None):
+        loss = spec.loss
+        self.spec = spec
+        self.recurrent = spec.recurrent
+        self.prioritized = spec.replay.kind == "prioritized"
+        self._axis_name = axis_name
+        td = registry.get("td", loss.td.kind)(loss.td)
+        self._head_loss = registry.get("head_loss", spec.network.head.kind)(
+            spec.network.head, td=td
+        )
+        self._bootstrap = registry.get("bootstrap", loss.bootstrap.kind)(
+            loss.bootstrap, temperature=loss.temperature
+        )
+        self._tx = registry.get("value_transform", loss.value_transform.kind)(
+            loss.value_transform
+        )
+        self._regularizer = registry.get("regularizer", loss.regularizer.kind)(loss.regularizer)
+        self._priority = registry.get("priority", loss.priority.kind)(loss.priority)
+        self._beta = build_schedule(loss.importance_exponent)
+        self._importance_eps = float(loss.importance_eps)
+        self._discount = float(loss.discount)
+        self._bonus: Bonus = (
+            munchausen_bonus(loss.munchausen.alpha, loss.munchausen.clip_min, loss.temperature)
+            if loss.munchausen is not None
+            else no_bonus
+        )
+        clip = loss.reward_clip
+        self._clip: Callable[[Array], Array] = (
+            (lambda r: jnp.clip(r, -clip, clip)) if clip is not None else (lambda r: r)
+        )
+        self._n_step = loss.n_step
+        self._sequence = spec.replay.sequence
+
+    def __repr__(self) -> str:
+        return f"Loss({self.spec.name or 'custom'}, recurrent={self.recurrent})"
+
+    def __call__(
+        self,
+        online: Any,
+        target: Any,
+        batch: Transition | SequenceBatch,
+        key: Array,
+        step: Array | int = 0,
+    ) -> tuple[Array, LossAux]:
+        """The scalar loss (differentiable w.r.t. ``online``) and its :class:`LossAux`."""
+        if self.recurrent:
+            if not isinstance(batch, SequenceBatch):
+                raise TypeError(
+                    f"{self.spec.name or 'this spec'} has a recurrent core and learns from "
+                    f"zoo.SequenceBatch, got {type(batch).__name__}"
+                )
+            parts = self._sequence_items(online, target, batch, key)
+        else:
+            if not isinstance(batch, Transition):
+                raise TypeError(
+                    f"{self.spec.name or 'this spec'} learns from zoo.Transition, "
+                    f"got {type(batch).__name__}"
+                )
+            parts = self._transition_items(online, target, batch, key)
+        return self._reduce(*parts, probability=batch.probability, step=step)
+
+    # ---------------------------------------------------------------- single transitions
+
+    def _transition_items(
+        self, online: Any, target: Any, batch: Transition, key: Array
+    ) -> tuple[Array, Array, Array, Array]:
+        k_online, k_select, k_target, k_target_tm1 = jax.random.split(key, 4)
+        sg = jax.lax.stop_gradient
+        out_tm1 = _apply(online, batch.observation, k_online)
+        select_t = sg(_apply(online, batch.next_observation, k_select))
+        out_t = sg(_apply(target, batch.next_observation, k_target))
+        target_tm1 = sg(_apply(target, batch.observation, k_target_tm1))
+
+        def example(o_tm1, a_tm1, r, d, o_t, q_select_t, q_target_tm1):
+            pi, shift = self._bootstrap.policy(q_select_t, o_t.q_values)
+            r = self._clip(r) + self._bonus(q_target_tm1, a_tm1)
+            return self._head_loss(o_tm1, a_tm1, r, d, o_t, pi, shift, self._tx)
+
+        d = batch.discount * self._discount
+        item_loss, td = jax.vmap(example)(
+            out_tm1, batch.action, batch.reward, d, out_t, select_t.q_values, target_tm1.q_values
+        )
+        mask = jnp.ones_like(item_loss) if batch.mask is None else batch.mask.astype(item_loss.dtype)
+        q_sa = jnp.take_along_axis(out_tm1.q_values, batch.action[:, None], axis=-1)[:, 0]
+        return item_loss * mask, jnp.abs(td)[:, None], mask[:, None], q_sa[:, None]
+
+    # ---------------------------------------------------------------------- sequences
+
+    def _sequence_items(
+        self, online: Any, target: Any, batch: SequenceBatch, key: Array
+    ) -> tuple[Array, Array, Array, Array]:
+        seq = self._sequence
+        burn_in = seq.burn_in
+        k_burn_online, k_burn_target, k_online, k_target = jax.random.split(key, 4)
+        sg = jax.lax.stop_gradient
+        state = batch.core_state
+        if not seq.stored_state or state is None:
+            if seq.stored_state:
+                raise ValueError(
+                    "replay.sequence.stored_state is true but the batch has no core_state; "
+                    "store the core state or set replay.sequence.stored_state: false"
+                )
+            initial = online.initial_state()
+            size = batch.action.shape[0]
+            state = jax.tree.map(lambda x: jnp.broadcast_to(x, (size, *x.shape)), initial)
+        mask = batch.mask
+        if mask is None:
+            mask = jnp.ones(batch.action.shape, batch.reward.dtype)
+
+        def sequence(obs, actions, rewards, discounts, start, mask_t):
+            online_state = target_state = start
+            if burn_in > 0:
+                _, online_state = online.unroll(obs[:burn_in], start, key=k_burn_online)
+                _, target_state = target.unroll(obs[:burn_in], start, key=k_burn_target)
+                if not seq.burn_in_grad:
+                    online_state = sg(online_state)
+            obs, actions, rewards, discounts, mask_t = (
+                x[burn_in:] for x in (obs, actions, rewards, discounts, mask_t)
+            )
+            length = actions.shape[0]
+            out, _ = online.unroll(obs, online_state, key=k_online)
+            out_target, _ = target.unroll(obs, target_state, key=k_target)
+            out = _time_major_atoms(out, length)
+            out_target = sg(_time_major_atoms(out_target, length))
+            pi, shift = jax.vmap(self._bootstrap.policy)(sg(out.q_values), out_target.q_values)
+            bonus = jax.vmap(self._bonus)(out_target.q_values[:-1], actions[:-1])
+            r = self._clip(rewards[:-1]) + bonus
+            ret, gain, idx = n_step_targets(r, discounts[:-1] * self._discount, self._n_step)
+            out_boot = jax.tree.map(lambda x: x[idx], out_target)
+            out_tm1 = jax.tree.map(lambda x: x[:-1], out)
+            step_loss, td = jax.vmap(self._head_loss, in_axes=(0, 0, 0, 0, 0, 0, 0, None))(
+                out_tm1, actions[:-1], ret, gain, out_boot, pi[idx], shift[idx], self._tx
+            )
+            m = mask_t[:-1]
+            q_sa = jnp.take_along_axis(out_tm1.q_values, actions[:-1, None], axis=-1)[:, 0]
+            return jnp.sum(m * step_loss), jnp.abs(td), m, q_sa
+
+        return jax.vmap(sequence)(
+            batch.observation, batch.action, batch.reward, batch.discount, state, mask
+        )
+
+    # ---------------------------------------------------------------------- reduction
+
+    def _reduce(
+        self,
+        item_loss: Array,
+        abs_td: Array,
+        mask: Array,
+        q_sa: Array,
+        *,
+        probability: Array,
+        step: Array | int,
+    ) -> tuple[Array, LossAux]:
+        beta = self._beta(step)
+        weights = (1.0 / (probability + self._importance_eps)).astype(item_loss.dtype) ** beta
+        top = jnp.max(weights)
+        if self._axis_name is not None:
+            top = jax.lax.pmax(top, self._axis_name)
+        weights = weights / top
+        td_loss = jnp.mean(weights * item_loss)
+        regularizer = self._regularizer(q_sa, mask)
+        total = td_loss + regularizer
+        priorities = (
+            jax.vmap(self._priority)(abs_td, item_loss, mask) if self.prioritized else None
+        )
+        metrics = {
+            "loss": total,
+            "td_loss": td_loss,
+            "regularizer": regularizer,
+            "abs_td": jnp.sum(mask * abs_td) / jnp.maximum(jnp.sum(mask), 1.0),
+            "q_sa": jnp.sum(mask * q_sa) / jnp.maximum(jnp.sum(mask), 1.0),
+            "importance_exponent": beta,
+        }
+        return total, LossAux(priorities=priorities, metrics=metrics)
+
+
+def build_loss(spec: AlgorithmSpec, *, axis_name: str | None = None) -> Loss:
+    """Compose the loss described by ``spec``.
+
+    Args:
+      spec: a validated :class:`~zoo.spec.AlgorithmSpec` (see :func:`zoo.load_algorithm`).
+      axis_name: the ``pmap``/``shard_map`` axis over which the importance-weight normaliser is
+        taken (``lax.pmax``), so one device and many give the same update; ``None`` on one.
+
+    Returns:
+      A :class:`Loss`: ``loss(online=, target=, batch=, key=, step=0) -> (scalar, LossAux)``.
+    """
+    return Loss(spec, axis_name=axis_name)

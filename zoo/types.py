@@ -1,0 +1,92 @@
+"""Array containers shared by losses, networks, replay and the learner.
+
+All containers are ``NamedTuple``s, so they are JAX pytrees with no registration and can cross
+``jit``/``vmap``/``pmap`` boundaries. Optional fields default to ``None``; a ``None`` leaf is an
+empty subtree to JAX.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+
+Array = jax.Array
+PyTree = Any
+
+
+class NetworkOutput(NamedTuple):
+    """What a network returns for **one** observation.
+
+    Attributes:
+      q_values: ``[A]`` action values (for distributional heads, the mean of the distribution).
+      logits: ``[A, N]`` categorical logits, categorical heads only.
+      atoms: ``[N]`` the categorical support, categorical heads only.
+      quantiles: ``[A, N]`` quantile values at midpoints ``(i + 1/2)/N``, quantile heads only.
+    """
+
+    q_values: Array
+    logits: Array | None = None
+    atoms: Array | None = None
+    quantiles: Array | None = None
+
+
+class Transition(NamedTuple):
+    """A batch of (possibly n-step) transitions, batch-major.
+
+    Attributes:
+      observation: ``[B, ...]`` observation at ``t-1``.
+      action: ``[B]`` int32 action taken at ``t-1``.
+      reward: ``[B]`` (n-step) reward, already discounted inside the window (see DESIGN.md).
+      discount: ``[B]`` environment discount of the window (``γ^{k-1}·d_t⋯d_{t+k-1}``); the
+        loss multiplies by ``loss.discount`` once more, as the reference does.
+      next_observation: ``[B, ...]`` observation the window bootstraps from.
+      probability: ``[B]`` the replay's sampling probability of each item.
+      mask: ``[B]`` optional, 1 for real transitions and 0 for items to ignore (for example the
+        step after an auto-reset); ``None`` means all ones.
+    """
+
+    observation: Array
+    action: Array
+    reward: Array
+    discount: Array
+    next_observation: Array
+    probability: Array
+    mask: Array | None = None
+
+
+class SequenceBatch(NamedTuple):
+    """A batch of stored sequences for recurrent cores, batch-major.
+
+    ``reward[:, t]`` and ``discount[:, t]`` follow ``action[:, t]`` taken at ``observation[:, t]``.
+
+    Attributes:
+      observation: ``[B, T, ...]``.
+      action: ``[B, T]`` int32.
+      reward: ``[B, T]``.
+      discount: ``[B, T]`` environment discounts (0 at a terminal).
+      core_state: the recurrent state at each sequence's first step (leading axis ``B``), or
+        ``None`` to start from the network's initial state.
+      probability: ``[B]`` sampling probability of each sequence.
+      mask: ``[B, T]`` optional; 0 marks padding steps. ``None`` means all ones (the reference).
+    """
+
+    observation: Array
+    action: Array
+    reward: Array
+    discount: Array
+    core_state: PyTree
+    probability: Array
+    mask: Array | None = None
+
+
+class LossAux(NamedTuple):
+    """Auxiliary outputs of a loss.
+
+    Attributes:
+      priorities: ``[B]`` new replay priorities, or ``None`` when the spec does not prioritise.
+      metrics: scalar diagnostics (mean TD error, mean Q, ...).
+    """
+
+    priorities: Array | None
+    metrics: dict[str, Array]
