@@ -40,7 +40,29 @@ _EXPORTS = {
     "build_schedule": "zoo.schedules",
 }
 
-__all__ = sorted([*_EXPORTS, "registry", "spec", "__version__"])
+__all__ = [  # noqa: RUF022 - grouped as in _EXPORTS
+    "AlgorithmSpec",
+    "Preset",
+    "SpecError",
+    "load_algorithm",
+    "load_algorithms_file",
+    "load_preset",
+    "algorithm_names",
+    "preset_names",
+    "describe",
+    "Transition",
+    "SequenceBatch",
+    "NetworkOutput",
+    "LossAux",
+    "build_loss",
+    "Loss",
+    "build_network",
+    "build_optimizer",
+    "build_schedule",
+    "registry",
+    "spec",
+    "__version__",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from zoo import registry, spec
@@ -71,6 +93,9 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+assert set(__all__) == {*_EXPORTS, "registry", "spec", "__version__"}
 
 
 def __dir__() -> list[str]:

@@ -8,7 +8,7 @@ from zoo import registry
 from zoo.schedules import build_schedule
 from zoo.spec import Adam, RmsProp
 
-__all__ = ["build_optimizer", "adam", "rmsprop"]
+__all__ = ["adam", "build_optimizer", "rmsprop"]
 
 
 def build_optimizer(config: object) -> optax.GradientTransformation:

@@ -32,15 +32,15 @@ from typing import Any, TypeVar
 
 __all__ = [
     "AXES",
-    "Entry",
     "DuplicateComponentError",
+    "Entry",
     "UnknownComponentError",
-    "register",
-    "get",
-    "entry",
-    "names",
-    "list_components",
     "config_model",
+    "entry",
+    "get",
+    "list_components",
+    "names",
+    "register",
     "suggest",
 ]
 

@@ -15,7 +15,7 @@ from zoo.spec import ConstantSchedule, ExponentialSchedule, LinearSchedule
 
 ScheduleFn = Callable[[jnp.ndarray | int], jnp.ndarray]
 
-__all__ = ["ScheduleFn", "build_schedule", "constant", "linear", "exponential"]
+__all__ = ["ScheduleFn", "build_schedule", "constant", "exponential", "linear"]
 
 
 def build_schedule(config: object) -> ScheduleFn:

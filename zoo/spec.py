@@ -31,33 +31,36 @@ from pydantic import BaseModel, ConfigDict, Field, WrapValidator, model_validato
 from zoo import registry
 
 __all__ = [
-    "Component",
-    "Schedule",
-    "ConstantSchedule",
-    "LinearSchedule",
-    "ExponentialSchedule",
-    "NetworkSpec",
-    "LossSpec",
-    "ReplaySpec",
-    "SequenceSpec",
-    "OptimizerSpec",
-    "ScheduleSpec",
     "AlgorithmSpec",
+    "Budget",
+    "Component",
+    "ConstantSchedule",
+    "EnvSpec",
+    "ExponentialSchedule",
+    "LinearSchedule",
+    "LossSpec",
+    "NetworkSpec",
     "Preset",
     "Problem",
+    "Reference",
+    "ReplaySpec",
+    "Schedule",
+    "ScheduleSpec",
+    "SequenceSpec",
     "SpecError",
-    "data_dir",
-    "catalogue_path",
-    "presets_dir",
-    "read_yaml",
+    "algorithm_for",
     "algorithm_names",
-    "preset_names",
+    "apply_overrides",
+    "catalogue_path",
+    "data_dir",
+    "describe",
     "load_algorithm",
     "load_algorithms_file",
     "load_preset",
     "parse_overrides",
-    "apply_overrides",
-    "describe",
+    "preset_names",
+    "presets_dir",
+    "read_yaml",
 ]
 
 
@@ -111,6 +114,15 @@ class Component(_Model):
     """
 
     kind: str = Field(description="registry name of the component")
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        field = cls.model_fields["kind"]
+        if not field.description:
+            doc = (cls.__doc__ or "").strip().splitlines()
+            field.description = f"{field.default}: {doc[0]}" if doc else "component kind"
+            cls.model_rebuild(force=True)
 
 
 def _axis(axis: str, builtin: Any, neutral: str | None, numbers: str | None = None) -> Any:
@@ -242,9 +254,7 @@ class CategoricalHead(Component):
     @model_validator(mode="after")
     def _support(self) -> CategoricalHead:
         if not self.v_min < self.v_max:
-            raise ValueError(
-                f"needs v_min < v_max, got v_min={self.v_min} and v_max={self.v_max}"
-            )
+            raise ValueError(f"needs v_min < v_max, got v_min={self.v_min} and v_max={self.v_max}")
         return self
 
 
@@ -390,7 +400,9 @@ class MaxMeanPriority(Component):
 
 _Bootstrap = _axis("bootstrap", Union[MaxBootstrap, DoubleBootstrap, SoftBootstrap], "max")
 _Td = _axis("td", Union[SquaredTd, HuberTd, CrossEntropyTd], None)
-_Transform = _axis("value_transform", Union[IdentityTransform, SignedHyperbolicTransform], "identity")
+_Transform = _axis(
+    "value_transform", Union[IdentityTransform, SignedHyperbolicTransform], "identity"
+)
 _Regularizer = _axis("regularizer", Union[NoRegularizer, QValueRegularizer], "none")
 _Priority = _axis("priority", Union[AbsTdPriority, AbsLossPriority, MaxMeanPriority], "abs_td")
 
@@ -712,9 +724,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
     return out
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
-)
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -727,7 +737,7 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise _problem(str(path), None, "", f"cannot read the file: {e}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -739,7 +749,10 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise _problem(
-            str(path), None, "", f"expected a mapping of names to entries, got {type(data).__name__}"
+            str(path),
+            None,
+            "",
+            f"expected a mapping of names to entries, got {type(data).__name__}",
         )
     return data
 
@@ -758,7 +771,7 @@ def _merge(base: Any, child: Any) -> Any:
         base = {"kind": base}
     if not (isinstance(base, Mapping) and isinstance(child, Mapping)):
         return copy.deepcopy(child)
-    if "kind" in child and base.get("kind") != child["kind"]:
+    if "kind" in child and "kind" in base and base["kind"] != child["kind"]:
         return copy.deepcopy(dict(child))
     out = dict(copy.deepcopy(base))
     for key, value in child.items():
@@ -776,7 +789,9 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         try:
             value = yaml.safe_load(text) if text.strip() else None
         except yaml.YAMLError as e:
-            raise _problem("--set", None, key.strip(), f"malformed YAML value {text!r}: {e}") from None
+            raise _problem(
+                "--set", None, key.strip(), f"malformed YAML value {text!r}: {e}"
+            ) from None
         out[key.strip()] = value
     return out
 
@@ -906,6 +921,7 @@ def _problems_from(
         elif kind == "missing":
             text = "required field is missing"
         else:
+            msg = msg.removeprefix("Value error, ")
             text = f"{msg} (got {value!r})" if not isinstance(value, dict | list) else msg
         key = f"{path}|{text}"
         if key not in seen:
@@ -1106,7 +1122,10 @@ def load_algorithm(
             if len(entries) != 1:
                 names = ", ".join(map(str, entries)) or "(none)"
                 raise _problem(
-                    path, None, "", f"holds {len(entries)} entries ({names}); pick one as {path}:NAME"
+                    path,
+                    None,
+                    "",
+                    f"holds {len(entries)} entries ({names}); pick one as {path}:NAME",
                 )
             name = str(next(iter(entries)))
         if name not in entries:
@@ -1115,7 +1134,8 @@ def load_algorithm(
                 path,
                 name,
                 "",
-                "no such entry" + (f"; did you mean {hint!r}?" if hint else "")
+                "no such entry"
+                + (f"; did you mean {hint!r}?" if hint else "")
                 + f" Entries: {', '.join(map(str, entries))}.",
             )
         return _build_algorithm(entries, name, path, overrides)
@@ -1126,7 +1146,8 @@ def load_algorithm(
             "algorithms.yaml",
             None,
             "",
-            f"unknown algorithm {ref!r}" + (f"; did you mean {hint!r}?" if hint else "")
+            f"unknown algorithm {ref!r}"
+            + (f"; did you mean {hint!r}?" if hint else "")
             + " (`zoo list` shows them all; a path to a YAML file also works)",
         )
     return _build_algorithm(catalogue, ref, str(catalogue_path()), overrides)
@@ -1145,7 +1166,8 @@ def load_preset(ref: str | os.PathLike[str]) -> Preset:
                 "presets/",
                 None,
                 "",
-                f"unknown preset {ref!r}" + (f"; did you mean {hint!r}?" if hint else "")
+                f"unknown preset {ref!r}"
+                + (f"; did you mean {hint!r}?" if hint else "")
                 + " (`zoo list presets` shows them all)",
             )
     raw = read_yaml(path)
@@ -1163,8 +1185,10 @@ def algorithm_for(preset: Preset, source: str | None = None) -> AlgorithmSpec:
         if source is None:
             raise
         raise SpecError(
-            [Problem(source, p.entry, f"overrides: {p.path}" if p.path else "", p.message)
-             for p in e.problems]
+            [
+                Problem(source, p.entry, f"overrides: {p.path}" if p.path else "", p.message)
+                for p in e.problems
+            ]
         ) from None
 
 

@@ -19,23 +19,23 @@ from zoo import registry
 Array = jax.Array
 
 __all__ = [
-    "TxPair",
     "Bootstrap",
-    "squared",
-    "huber",
-    "cross_entropy",
-    "identity",
-    "signed_hyperbolic",
-    "no_regularizer",
-    "q_value",
-    "abs_td",
+    "TxPair",
     "abs_loss",
-    "max_mean",
-    "max_bootstrap",
+    "abs_td",
+    "cross_entropy",
     "double_bootstrap",
-    "soft_bootstrap",
+    "huber",
+    "identity",
+    "max_bootstrap",
+    "max_mean",
     "munchausen_bonus",
     "no_bonus",
+    "no_regularizer",
+    "q_value",
+    "signed_hyperbolic",
+    "soft_bootstrap",
+    "squared",
 ]
 
 
@@ -92,9 +92,7 @@ def identity(config) -> TxPair:
 def signed_hyperbolic(config) -> TxPair:
     """h(x) = sign(x)(√(|x| + 1) − 1) + εx and its closed-form inverse (Pohlen et al. 2018)."""
     eps = float(config.eps)
-    return TxPair(
-        lambda x: rlax.signed_hyperbolic(x, eps), lambda x: rlax.signed_parabolic(x, eps)
-    )
+    return TxPair(lambda x: rlax.signed_hyperbolic(x, eps), lambda x: rlax.signed_parabolic(x, eps))
 
 
 # -------------------------------------------------------------------------------- regularizers

@@ -101,9 +101,7 @@ class Loss:
         self._bootstrap = registry.get("bootstrap", loss.bootstrap.kind)(
             loss.bootstrap, temperature=loss.temperature
         )
-        self._tx = registry.get("value_transform", loss.value_transform.kind)(
-            loss.value_transform
-        )
+        self._tx = registry.get("value_transform", loss.value_transform.kind)(loss.value_transform)
         self._regularizer = registry.get("regularizer", loss.regularizer.kind)(loss.regularizer)
         self._priority = registry.get("priority", loss.priority.kind)(loss.priority)
         self._beta = build_schedule(loss.importance_exponent)
@@ -170,7 +168,9 @@ class Loss:
         item_loss, td = jax.vmap(example)(
             out_tm1, batch.action, batch.reward, d, out_t, select_t.q_values, target_tm1.q_values
         )
-        mask = jnp.ones_like(item_loss) if batch.mask is None else batch.mask.astype(item_loss.dtype)
+        mask = (
+            jnp.ones_like(item_loss) if batch.mask is None else batch.mask.astype(item_loss.dtype)
+        )
         q_sa = jnp.take_along_axis(out_tm1.q_values, batch.action[:, None], axis=-1)[:, 0]
         return item_loss * mask, jnp.abs(td)[:, None], mask[:, None], q_sa[:, None]
 
@@ -250,9 +250,7 @@ class Loss:
         td_loss = jnp.mean(weights * item_loss)
         regularizer = self._regularizer(q_sa, mask)
         total = td_loss + regularizer
-        priorities = (
-            jax.vmap(self._priority)(abs_td, item_loss, mask) if self.prioritized else None
-        )
+        priorities = jax.vmap(self._priority)(abs_td, item_loss, mask) if self.prioritized else None
         metrics = {
             "loss": total,
             "td_loss": td_loss,

@@ -39,7 +39,7 @@ HeadLoss = Callable[
     [NetworkOutput, Array, Array, Array, NetworkOutput, Array, Array, TxPair], tuple[Array, Array]
 ]
 
-__all__ = ["HeadLoss", "q_loss", "quantile_loss", "categorical_loss", "categorical_project"]
+__all__ = ["HeadLoss", "categorical_loss", "categorical_project", "q_loss", "quantile_loss"]
 
 
 def _bootstrap(values_t: Array, pi_t: Array, shift_t: Array, tx: TxPair) -> Array:

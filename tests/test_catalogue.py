@@ -1,0 +1,134 @@
+"""Every catalogue entry goes through a few jitted learner updates (one parametrised test).
+
+Finite loss, parameters change, priorities exactly when the replay is prioritised, and no
+retracing after the first trace. Networks are shrunk through overrides (the loss and learner
+code paths are the entries' own).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zoo
+from zoo.learner import Learner
+
+OBS, ACTIONS, BATCH = (5,), 3, 8
+SMALL = {"network.hidden": [16], "replay.batch_size": BATCH}
+RECURRENT_SMALL = {
+    "network.core.size": 8,
+    "replay.sequence.burn_in": 2,
+    "replay.sequence.trace_length": 5,
+    "loss.n_step": 3,
+}
+
+
+def small_spec(name: str) -> zoo.AlgorithmSpec:
+    spec = zoo.load_algorithm(name, overrides=SMALL)
+    if spec.recurrent:
+        spec = zoo.load_algorithm(spec, overrides=RECURRENT_SMALL)
+    return spec
+
+
+def random_batch(spec: zoo.AlgorithmSpec, net, seed: int):
+    rng = np.random.default_rng(seed)
+    probability = jnp.asarray(rng.uniform(1e-4, 1e-2, BATCH), jnp.float32)
+    if spec.recurrent:
+        length = spec.replay.sequence.length
+        shape = (BATCH, length)
+        discount = (rng.uniform(size=shape) > 0.1).astype(np.float32)
+        state = jax.tree.map(
+            lambda x: jnp.asarray(rng.normal(size=(BATCH, *x.shape)), jnp.float32),
+            net.initial_state(),
+        )
+        return zoo.SequenceBatch(
+            observation=jnp.asarray(rng.normal(size=(*shape, *OBS)), jnp.float32),
+            action=jnp.asarray(rng.integers(0, ACTIONS, shape), jnp.int32),
+            reward=jnp.asarray(rng.uniform(-2, 2, shape), jnp.float32),
+            discount=jnp.asarray(discount),
+            core_state=state,
+            probability=probability,
+        )
+    return zoo.Transition(
+        observation=jnp.asarray(rng.normal(size=(BATCH, *OBS)), jnp.float32),
+        action=jnp.asarray(rng.integers(0, ACTIONS, BATCH), jnp.int32),
+        reward=jnp.asarray(rng.uniform(-2, 2, BATCH), jnp.float32),
+        discount=jnp.asarray((rng.uniform(size=BATCH) > 0.2).astype(np.float32)),
+        next_observation=jnp.asarray(rng.normal(size=(BATCH, *OBS)), jnp.float32),
+        probability=probability,
+    )
+
+
+@pytest.mark.parametrize("name", zoo.algorithm_names())
+def test_entry_trains_for_a_few_jitted_updates(name):
+    spec = small_spec(name)
+    key = jax.random.PRNGKey(0)
+    net = zoo.build_network(spec, observation_shape=OBS, num_actions=ACTIONS, key=key)
+    learner = Learner(spec)
+    state = learner.init(net, jax.random.PRNGKey(1))
+    traces = []
+
+    @eqx.filter_jit
+    def update(state, batch):
+        traces.append(1)
+        return learner.update(state, batch)
+
+    initial = eqx.filter(state.online, eqx.is_inexact_array)
+    for step in range(3):
+        state, aux = update(state, random_batch(spec, net, seed=step))
+        loss = float(aux.metrics["loss"])
+        assert np.isfinite(loss), (name, step, loss)
+        if step == 1:
+            traces_after_second = len(traces)
+    assert len(traces) == traces_after_second == 1, f"{name} retraced: {len(traces)} traces"
+    assert int(state.updates) == 3
+
+    changed = jax.tree.map(
+        lambda a, b: bool(jnp.any(a != b)), initial, eqx.filter(state.online, eqx.is_inexact_array)
+    )
+    assert all(jax.tree.leaves(changed)), f"{name}: some parameters never changed"
+    # the target stays put until its period (>= 3 updates in every entry)
+    assert spec.schedule.target_update_period > 3
+    target = eqx.filter(state.target, eqx.is_inexact_array)
+    assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), initial, target)))
+
+    if spec.replay.kind == "prioritized":
+        assert aux.priorities is not None and aux.priorities.shape == (BATCH,)
+        assert bool(jnp.all(aux.priorities >= 0)) and bool(jnp.all(jnp.isfinite(aux.priorities)))
+    else:
+        assert aux.priorities is None
+
+
+def test_target_updates_on_its_period_and_polyak_mixes():
+    spec = zoo.load_algorithm("dqn", overrides={**SMALL, "schedule.target_update_period": 2})
+    net = zoo.build_network(
+        spec, observation_shape=OBS, num_actions=ACTIONS, key=jax.random.PRNGKey(0)
+    )
+    learner = Learner(spec)
+    update = eqx.filter_jit(learner.update)
+    state = learner.init(net, jax.random.PRNGKey(1))
+    state, _ = update(state, random_batch(spec, net, 0))
+    params = lambda m: eqx.filter(m, eqx.is_inexact_array)  # noqa: E731
+    # after 1 update the target still equals the initial network
+    same = jax.tree.map(lambda a, b: bool(jnp.all(a == b)), params(net), params(state.target))
+    assert all(jax.tree.leaves(same))
+    state, _ = update(state, random_batch(spec, net, 1))
+    same = jax.tree.map(
+        lambda a, b: bool(jnp.all(a == b)), params(state.online), params(state.target)
+    )
+    assert all(jax.tree.leaves(same))  # copied at update 2
+
+    polyak = zoo.load_algorithm(
+        spec, overrides={"schedule.target_update_period": 1, "schedule.target_update_rate": 0.25}
+    )
+    learner = Learner(polyak)
+    state = learner.init(net, jax.random.PRNGKey(1))
+    new, _ = eqx.filter_jit(learner.update)(state, random_batch(polyak, net, 0))
+    expected = jax.tree.map(lambda o, t: 0.25 * o + 0.75 * t, params(new.online), params(net))
+    close = jax.tree.map(
+        lambda a, b: bool(jnp.allclose(a, b, atol=1e-7)), expected, params(new.target)
+    )
+    assert all(jax.tree.leaves(close))

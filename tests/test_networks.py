@@ -1,0 +1,433 @@
+"""Tests of zoo.networks: shapes, head algebra, dueling, noisy layers, torsos and the LSTM core."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from types import SimpleNamespace
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zoo.networks as zn  # imported first: registers the built-in torsos, cores and heads
+from zoo import registry
+from zoo.networks.torsos import _max_pool_same
+
+OBS_SHAPE = (3,)
+NUM_ACTIONS = 2
+NUM_ATOMS = 5
+NUM_QUANTILES = 4
+HEADS = {
+    "q": SimpleNamespace(kind="q"),
+    "categorical": SimpleNamespace(kind="categorical", num_atoms=NUM_ATOMS, v_min=-2.0, v_max=3.0),
+    "quantile": SimpleNamespace(kind="quantile", num_quantiles=NUM_QUANTILES),
+}
+
+
+def network_spec(
+    *,
+    torso: SimpleNamespace | None = None,
+    hidden: tuple[int, ...] = (8,),
+    dueling: bool = False,
+    noisy: bool = False,
+    noisy_sigma0: float = 0.5,
+    core: SimpleNamespace | None = None,
+    head: str = "q",
+) -> SimpleNamespace:
+    """A stand-in for the lead's pydantic ``network`` block (same attribute names)."""
+    return SimpleNamespace(
+        torso=torso or SimpleNamespace(kind="mlp", sizes=[8]),
+        hidden=list(hidden),
+        dueling=dueling,
+        noisy=noisy,
+        noisy_sigma0=noisy_sigma0,
+        core=core,
+        head=HEADS[head],
+    )
+
+
+def build(seed: int = 0, obs_shape=OBS_SHAPE, num_actions=NUM_ACTIONS, **kwargs):
+    return zn.build_network(
+        network_spec(**kwargs), obs_shape, num_actions, key=jax.random.key(seed)
+    )
+
+
+def observations(n: int, shape=OBS_SHAPE, seed: int = 1) -> jax.Array:
+    return jax.random.normal(jax.random.key(seed), (n, *shape))
+
+
+def noisy_layers(tree) -> list[zn.NoisyLinear]:
+    is_noisy = lambda x: isinstance(x, zn.NoisyLinear)  # noqa: E731
+    return [x for x in jax.tree.leaves(tree, is_leaf=is_noisy) if is_noisy(x)]
+
+
+def zero_sigma(net):
+    """The same network with every noise scale set to zero."""
+    layers = noisy_layers(net)
+    net = eqx.tree_at(
+        lambda n: [x.weight_sigma for x in noisy_layers(n)],
+        net,
+        [jnp.zeros_like(x.weight_sigma) for x in layers],
+    )
+    return eqx.tree_at(
+        lambda n: [x.bias_sigma for x in noisy_layers(n)],
+        net,
+        [jnp.zeros_like(x.bias_sigma) for x in layers],
+    )
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_builtins_are_registered():
+    expected = {
+        ("torso", "auto"): zn.auto_torso,
+        ("torso", "mlp"): zn.mlp_torso,
+        ("torso", "nature_cnn"): zn.nature_cnn_torso,
+        ("torso", "impala_cnn"): zn.impala_cnn_torso,
+        ("core", "lstm"): zn.lstm_core,
+        ("head", "q"): zn.q_head,
+        ("head", "categorical"): zn.categorical_head,
+        ("head", "quantile"): zn.quantile_head,
+    }
+    for (axis, name), factory in expected.items():
+        entry = registry.entry(axis, name)
+        assert entry.factory is factory
+        assert entry.summary
+
+
+@pytest.fixture
+def user_torso():
+    """A user torso registered for one test (removed afterwards so the tables stay built-in)."""
+
+    @registry.register("torso", "test_double_flatten")
+    def double_flatten(config, observation_shape, *, key):
+        """Flatten and multiply by ``config.scale``."""
+
+        class DoubleFlatten(eqx.Module):
+            scale: float = eqx.field(static=True)
+
+            def __call__(self, x, *, key=None):
+                return self.scale * jnp.ravel(x)
+
+        return DoubleFlatten(config.scale)
+
+    yield "test_double_flatten"
+    registry._TABLES["torso"].pop("test_double_flatten")
+
+
+def test_user_registered_torso_is_used(user_torso):
+    torso = SimpleNamespace(kind=user_torso, scale=2.0)
+    net = build(torso=torso, hidden=(), obs_shape=(2, 3))
+    obs = observations(1, (2, 3))[0]
+    layer = net.streams.mlp.layers[0]
+    np.testing.assert_allclose(net(obs).q_values, layer(2.0 * obs.ravel()), rtol=1e-6)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("zoo.optimizers") is None,
+    reason="registry.get lazily imports zoo.optimizers/zoo.schedules, not written yet",
+)
+def test_unknown_torso_suggests_a_name():
+    with pytest.raises(registry.UnknownComponentError, match="nature_cnn"):
+        build(torso=SimpleNamespace(kind="natur_cnn"), obs_shape=(4, 84, 84))
+
+
+# --------------------------------------------------------------------------- feed-forward outputs
+
+
+@pytest.mark.parametrize("head", ["q", "categorical", "quantile"])
+@pytest.mark.parametrize("dueling", [False, True])
+@pytest.mark.parametrize("noisy", [False, True])
+def test_output_fields(head, dueling, noisy):
+    net = build(head=head, dueling=dueling, noisy=noisy)
+    assert net.is_recurrent is False
+    obs = observations(3)
+    for key in (None, jax.random.key(7)):
+        out = jax.vmap(lambda o, key=key: net(o, key=key))(obs)
+        assert out.q_values.shape == (3, NUM_ACTIONS)
+        assert out.q_values.dtype == jnp.float32
+        assert np.all(np.isfinite(out.q_values))
+        if head == "q":
+            assert out.logits is None and out.atoms is None and out.quantiles is None
+        elif head == "categorical":
+            assert out.logits.shape == (3, NUM_ACTIONS, NUM_ATOMS)
+            assert out.atoms.shape == (3, NUM_ATOMS)
+            assert out.quantiles is None
+        else:
+            assert out.quantiles.shape == (3, NUM_ACTIONS, NUM_QUANTILES)
+            assert out.logits is None and out.atoms is None
+    # Noisy layers are exactly the hidden and output layers; the torso stays plain.
+    expected_noisy = (2 if dueling else 1) * 2 if noisy else 0
+    assert len(noisy_layers(net.streams)) == expected_noisy
+    assert not noisy_layers(net.torso)
+
+
+def test_accepts_the_full_algorithm_spec():
+    spec = SimpleNamespace(network=network_spec(head="quantile"))
+    net = zn.build_network(spec, OBS_SHAPE, NUM_ACTIONS, key=jax.random.key(0))
+    assert net(observations(1)[0]).quantiles.shape == (NUM_ACTIONS, NUM_QUANTILES)
+
+
+def test_jit_matches_eager():
+    net = build(head="categorical", dueling=True, noisy=True)
+    obs, key = observations(1)[0], jax.random.key(3)
+    eager = net(obs, key=key)
+    jitted = eqx.filter_jit(lambda n, o, k: n(o, key=k))(net, obs, key)
+    np.testing.assert_allclose(jitted.logits, eager.logits, rtol=1e-5, atol=1e-6)
+
+
+def test_categorical_q_values_from_logits_and_atoms():
+    net = build(head="categorical")
+    out = net(observations(1)[0])
+    atoms = np.linspace(-2.0, 3.0, NUM_ATOMS)
+    np.testing.assert_allclose(out.atoms, atoms, rtol=1e-6)
+    logits = np.asarray(out.logits, np.float64)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out.q_values, (probs * atoms).sum(-1), rtol=1e-5)
+    # The support is a constant of static floats, not a parameter.
+    assert not jax.tree.leaves(eqx.filter(net.head, eqx.is_array))
+
+
+def test_quantile_q_values_are_the_mean():
+    out = build(head="quantile")(observations(1)[0])
+    np.testing.assert_allclose(out.q_values, np.mean(out.quantiles, axis=-1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("head", ["q", "categorical"])
+def test_dueling_combines_value_and_mean_free_advantage(head):
+    net = build(head=head, dueling=True, hidden=(8, 6))
+    obs = observations(1)[0]
+    features = net.torso(obs)
+    value, advantage = net.streams.streams(features)
+    combined = np.asarray(value)[None, :] + advantage - np.mean(advantage, axis=0, keepdims=True)
+    np.testing.assert_allclose(net.streams(features), combined, rtol=1e-5, atol=1e-6)
+    # Averaging the output over actions gives back the value stream, per atom.
+    np.testing.assert_allclose(np.mean(net.streams(features), axis=0), value, rtol=1e-5, atol=1e-6)
+    out = net(obs)
+    shown = out.logits if head == "categorical" else out.q_values[:, None]
+    np.testing.assert_allclose(shown, combined, rtol=1e-5, atol=1e-6)
+    # Each stream has its own copy of the hidden layers.
+    assert [layer.out_features for layer in net.streams.value.layers] == [8, 6, value.shape[0]]
+    assert [layer.out_features for layer in net.streams.advantage.layers] == [8, 6, advantage.size]
+    assert not np.allclose(
+        net.streams.value.layers[0].weight, net.streams.advantage.layers[0].weight
+    )
+
+
+# --------------------------------------------------------------------------- noisy layers
+
+
+def test_noisy_linear_init_and_forward():
+    p, q, sigma0 = 9, 4, 0.4
+    layer = zn.NoisyLinear(p, q, sigma0=sigma0, key=jax.random.key(0))
+    bound = 1 / math.sqrt(p)
+    assert np.all(np.abs(layer.weight_mu) <= bound) and np.all(np.abs(layer.bias_mu) <= bound)
+    np.testing.assert_allclose(layer.weight_sigma, np.full((q, p), sigma0 / math.sqrt(p)))
+    np.testing.assert_allclose(layer.bias_sigma, np.full((q,), sigma0 / math.sqrt(p)))
+    x, key = jax.random.normal(jax.random.key(1), (p,)), jax.random.key(2)
+    mu = layer.weight_mu @ x + layer.bias_mu
+    np.testing.assert_allclose(layer(x), mu, rtol=1e-6)
+    eps_w, eps_b = layer.noise(key)
+    weight = layer.weight_mu + layer.weight_sigma * eps_w
+    expected = weight @ x + layer.bias_mu + layer.bias_sigma * eps_b
+    np.testing.assert_allclose(layer(x, key=key), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_factorised_noise_statistics():
+    layer = zn.NoisyLinear(6, 4, key=jax.random.key(0))
+    keys = jax.random.split(jax.random.key(1), 4000)
+    eps_w, eps_b = jax.vmap(layer.noise)(keys)
+    eps_w, eps_b = np.asarray(eps_w, np.float64), np.asarray(eps_b, np.float64)
+    # f(x) = sgn(x)·sqrt|x| with x ~ N(0, 1): E f = 0, E f² = E|x| = sqrt(2/π), Var f² = 1 − 2/π.
+    e_f2 = math.sqrt(2 / math.pi)
+    n_b = eps_b.size
+    assert abs(eps_b.mean()) < 5 * math.sqrt(e_f2 / n_b)
+    assert abs((eps_b**2).mean() - e_f2) < 5 * math.sqrt((1 - 2 / math.pi) / n_b)
+    # ε_w = f(ε_out) ⊗ f(ε_in): mean 0, E ε_w² = (E f²)² = 2/π, and rank one.
+    assert abs(eps_w.mean()) < 0.02
+    assert abs((eps_w**2).mean() - 2 / math.pi) < 0.03
+    singular = np.linalg.svd(eps_w, compute_uv=False)
+    assert np.all(singular[:, 1] < 1e-5 * singular[:, 0])
+    # The bias noise is the output factor of the weight noise.
+    eps_in = eps_w[:, 0, :] / eps_b[:, :1]
+    np.testing.assert_allclose(eps_w, eps_b[:, :, None] * eps_in[:, None, :], rtol=1e-4, atol=1e-6)
+
+
+def test_noisy_network_keys():
+    net = build(head="categorical", dueling=True, noisy=True)
+    obs = observations(2)
+    one = lambda o, key=None: net(o, key=key).logits  # noqa: E731
+    k1, k2 = jax.random.key(11), jax.random.key(12)
+    # key=None is deterministic and is the mean network: zero noise scales give the same output.
+    np.testing.assert_array_equal(one(obs[0]), one(obs[0]))
+    mean_net = zero_sigma(net)
+    np.testing.assert_allclose(one(obs[0]), mean_net(obs[0], key=k1).logits, rtol=1e-5, atol=1e-6)
+    # The same key gives the same output, another key a different one.
+    np.testing.assert_array_equal(one(obs[0], k1), one(obs[0], k1))
+    assert not np.allclose(one(obs[0], k1), one(obs[0], k2))
+    assert not np.allclose(one(obs[0], k1), one(obs[0]))
+    # Under vmap one key is one noise sample for the whole batch.
+    batch = jnp.stack([obs[0], obs[1], obs[0]])
+    out = jax.vmap(lambda o: net(o, key=k1).logits)(batch)
+    np.testing.assert_array_equal(out[0], out[2])
+    np.testing.assert_allclose(out[0], one(obs[0], k1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[1], one(obs[1], k1), rtol=1e-5, atol=1e-6)
+
+
+def test_noise_scales_receive_gradients_only_with_a_key():
+    net = build(noisy=True)
+    obs = observations(4)
+
+    def loss(n, key):
+        return jnp.sum(jax.vmap(lambda o: n(o, key=key).q_values)(obs) ** 2)
+
+    with_key = eqx.filter_grad(loss)(net, jax.random.key(0))
+    without = eqx.filter_grad(loss)(net, None)
+    for layer in noisy_layers(with_key):
+        assert np.any(layer.weight_sigma != 0) and np.any(layer.bias_sigma != 0)
+    for layer in noisy_layers(without):
+        assert np.all(layer.weight_sigma == 0) and np.all(layer.bias_sigma == 0)
+
+
+# --------------------------------------------------------------------------- torsos
+
+
+def test_mlp_torso_without_layers_only_flattens():
+    net = build(torso=SimpleNamespace(kind="mlp", sizes=[]), hidden=(), obs_shape=(2, 3))
+    obs = observations(1, (2, 3))[0]
+    np.testing.assert_array_equal(net.torso(obs), obs.ravel())
+
+
+def test_auto_torso_picks_by_rank():
+    auto = SimpleNamespace(kind="auto", sizes=[5])
+    key = jax.random.key(0)
+    assert isinstance(zn.auto_torso(auto, (4, 84, 84), key=key), zn.NatureCNN)
+    vector = zn.auto_torso(auto, (3,), key=key)
+    assert isinstance(vector, zn.MLPTorso) and vector.mlp.out_features == 5
+
+
+def test_nature_cnn_features_and_uint8_scaling():
+    shape = (4, 84, 84)
+    torso = registry.get("torso", "nature_cnn")(
+        SimpleNamespace(kind="nature_cnn"), shape, key=jax.random.key(0)
+    )
+    assert jax.eval_shape(torso, jax.ShapeDtypeStruct(shape, jnp.float32)).shape == (3136,)
+    net = build(torso=SimpleNamespace(kind="nature_cnn"), hidden=(16,), obs_shape=shape)
+    assert net.streams.mlp.layers[0].in_features == 3136
+    frames = jax.random.randint(jax.random.key(1), (2, *shape), 0, 256).astype(jnp.uint8)
+    forward = jax.jit(jax.vmap(lambda o: net(o).q_values))
+    as_uint8 = forward(frames)
+    as_float = forward(frames.astype(jnp.float32) / 255.0)
+    np.testing.assert_allclose(as_uint8, as_float, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(as_uint8, forward(frames.astype(jnp.float32)))
+
+
+def test_impala_cnn_runs_on_a_small_image():
+    torso = SimpleNamespace(kind="impala_cnn", channels=[16, 32, 32])
+    net = build(torso=torso, hidden=(16,), obs_shape=(4, 32, 32), head="quantile")
+    # Three stride-2 SAME poolings: 32 → 16 → 8 → 4.
+    assert net.streams.mlp.layers[0].in_features == 32 * 4 * 4
+    obs = jax.random.randint(jax.random.key(1), (4, 32, 32), 0, 256).astype(jnp.uint8)
+    out = eqx.filter_jit(net)(obs)
+    assert out.quantiles.shape == (NUM_ACTIONS, NUM_QUANTILES)
+    assert np.all(np.isfinite(out.quantiles))
+    odd = zn.impala_cnn_torso(SimpleNamespace(channels=[2, 3]), (1, 9, 9), key=jax.random.key(0))
+    assert jax.eval_shape(odd, jax.ShapeDtypeStruct((1, 9, 9), jnp.float32)).shape == (3 * 3 * 3,)
+
+
+def test_max_pool_same_padding():
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4)[:, ::-1, :].copy()
+    pooled = np.asarray(_max_pool_same(jnp.asarray(x)))
+    # TensorFlow SAME for k=3, s=2 on 4: windows start at 0 and 2, padded at the end only.
+    expected = np.array([[x[0, 0:3, 0:3].max(), x[0, 0:3, 2:4].max()],
+                         [x[0, 2:4, 0:3].max(), x[0, 2:4, 2:4].max()]])  # fmt: skip
+    np.testing.assert_array_equal(pooled[0], expected)
+
+
+# --------------------------------------------------------------------------- recurrent core
+
+LSTM = SimpleNamespace(kind="lstm", size=6)
+
+
+def test_lstm_cell_matches_hand_computation():
+    cell = zn.lstm_core(LSTM, 3, key=jax.random.key(0))
+    cell = eqx.tree_at(lambda c: c.bias, cell, jax.random.normal(jax.random.key(1), (24,)))
+    x = np.asarray(jax.random.normal(jax.random.key(2), (3,)), np.float64)
+    h = np.asarray(jax.random.normal(jax.random.key(3), (6,)), np.float64)
+    c = np.asarray(jax.random.normal(jax.random.key(4), (6,)), np.float64)
+    gates = np.asarray(cell.weight, np.float64) @ np.concatenate([x, h]) + np.asarray(cell.bias)
+    i, g, f, o = np.split(gates, 4)
+    sigmoid = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    c_new = sigmoid(f + 1) * c + sigmoid(i) * np.tanh(g)
+    h_new = sigmoid(o) * np.tanh(c_new)
+    out, (h_out, c_out) = cell(jnp.asarray(x, jnp.float32), (jnp.asarray(h), jnp.asarray(c)))
+    np.testing.assert_allclose(c_out, c_new, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h_out, h_new, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out, h_out)
+
+
+def test_initial_state_is_zeros():
+    net = build(core=LSTM)
+    assert net.is_recurrent is True
+    h, c = net.initial_state()
+    assert h.shape == c.shape == (6,)
+    assert not np.any(h) and not np.any(c)
+
+
+def test_state_changes_the_output():
+    net = build(core=LSTM)
+    obs = observations(1)[0]
+    out0, state1 = net(obs, net.initial_state())
+    out1, _ = net(obs, state1)
+    assert out0.q_values.shape == (NUM_ACTIONS,)
+    assert np.any(np.asarray(state1[0]) != 0)
+    assert not np.allclose(out0.q_values, out1.q_values)
+
+
+@pytest.mark.parametrize(
+    ("head", "dueling", "noisy"), [("q", False, False), ("categorical", True, True)]
+)
+def test_unroll_equals_step_loop(head, dueling, noisy):
+    net = build(core=LSTM, head=head, dueling=dueling, noisy=noisy, hidden=(5,))
+    T = 4
+    obs = observations(T)
+    start = jax.tree.map(lambda x: x + 0.1, net.initial_state())
+    key = jax.random.key(5) if noisy else None
+    unrolled, final = net.unroll(obs, start, key=key)
+    state, steps = start, []
+    for t in range(T):
+        out, state = net(obs[t], state, key=key)
+        steps.append(out)
+    np.testing.assert_allclose(
+        unrolled.q_values, np.stack([s.q_values for s in steps]), rtol=1e-5, atol=1e-6
+    )
+    for a, b in zip(final, state, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    if head == "categorical":
+        assert unrolled.logits.shape == (T, NUM_ACTIONS, NUM_ATOMS)
+        assert unrolled.atoms.shape == (NUM_ATOMS,)
+        np.testing.assert_allclose(
+            unrolled.logits, np.stack([s.logits for s in steps]), rtol=1e-5, atol=1e-6
+        )
+        # One noise sample per unroll: a different key changes the whole sequence.
+        other, _ = net.unroll(obs, start, key=jax.random.key(6))
+        assert not np.allclose(other.logits, unrolled.logits)
+    else:
+        assert unrolled.q_values.shape == (T, NUM_ACTIONS)
+        assert unrolled.logits is None and unrolled.atoms is None
+
+
+def test_recurrent_unroll_batches_with_vmap():
+    net = build(core=LSTM, head="quantile")
+    obs = observations(3 * 4).reshape(3, 4, *OBS_SHAPE)
+    state = jax.tree.map(lambda x: jnp.broadcast_to(x, (3, *x.shape)), net.initial_state())
+    out, (h, c) = jax.vmap(net.unroll)(obs, state)
+    assert out.quantiles.shape == (3, 4, NUM_ACTIONS, NUM_QUANTILES)
+    assert h.shape == c.shape == (3, 6)
+    single, _ = net.unroll(obs[1], net.initial_state())
+    np.testing.assert_allclose(out.quantiles[1], single.quantiles, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,105 @@
+"""One learner for every algorithm: a gradient step of the composed loss, then the target update.
+
+``Learner(spec)`` builds the loss (:func:`zoo.build_loss`) and the optimizer
+(:func:`zoo.build_optimizer`) once; ``learner.update(state, batch)`` is a pure function of
+explicit state, ready for ``eqx.filter_jit`` (and, with ``axis_name``, for ``pmap``/``shard_map``:
+gradients are averaged with ``pmean`` and the importance-weight normaliser is the global max).
+
+Target updates happen every ``schedule.target_update_period`` learner updates:
+``target ← rate·online + (1 − rate)·target`` with ``rate = schedule.target_update_rate`` (1 copies
+the online parameters, as DQN; below 1 is Polyak averaging).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+
+from zoo.losses import build_loss
+from zoo.optimizers import build_optimizer
+from zoo.spec import AlgorithmSpec
+from zoo.types import LossAux, SequenceBatch, Transition
+
+__all__ = ["Learner", "LearnerState"]
+
+
+class LearnerState(eqx.Module):
+    """Everything a learner update reads and writes.
+
+    Attributes:
+      online: the online network (an Equinox module).
+      target: the target network.
+      opt_state: the optimizer's state.
+      updates: learner updates done so far (int32 scalar).
+      key: PRNG key for noisy layers.
+    """
+
+    online: Any
+    target: Any
+    opt_state: optax.OptState
+    updates: jax.Array
+    key: jax.Array
+
+
+class Learner:
+    """Builds the update step of ``spec``.
+
+    Args:
+      spec: a validated algorithm spec.
+      axis_name: the device axis when run under ``pmap``/``shard_map``; ``None`` on one device.
+    """
+
+    def __init__(self, spec: AlgorithmSpec, *, axis_name: str | None = None):
+        self.spec = spec
+        self.axis_name = axis_name
+        self.loss = build_loss(spec, axis_name=axis_name)
+        self.optimizer = build_optimizer(spec.optimizer)
+        self.target_update_period = int(spec.schedule.target_update_period)
+        self.target_update_rate = float(spec.schedule.target_update_rate)
+
+    def init(self, network: Any, key: jax.Array) -> LearnerState:
+        """Initial state: the target starts as an exact copy of ``network``."""
+        params = eqx.filter(network, eqx.is_inexact_array)
+        target = jax.tree.map(lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, network)
+        return LearnerState(
+            online=network,
+            target=target,
+            opt_state=self.optimizer.init(params),
+            updates=jnp.zeros((), jnp.int32),
+            key=key,
+        )
+
+    def update(
+        self, state: LearnerState, batch: Transition | SequenceBatch
+    ) -> tuple[LearnerState, LossAux]:
+        """One gradient step on ``batch`` and, when due, a target update."""
+        key, loss_key = jax.random.split(state.key)
+
+        def objective(online: Any) -> tuple[jax.Array, LossAux]:
+            return self.loss(
+                online=online, target=state.target, batch=batch, key=loss_key, step=state.updates
+            )
+
+        (_, aux), grads = eqx.filter_value_and_grad(objective, has_aux=True)(state.online)
+        if self.axis_name is not None:
+            grads = jax.lax.pmean(grads, self.axis_name)
+        params = eqx.filter(state.online, eqx.is_inexact_array)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, params)
+        online = eqx.apply_updates(state.online, updates)
+        count = state.updates + 1
+        due = (count % self.target_update_period) == 0
+        rate = jnp.where(due, self.target_update_rate, 0.0)
+        online_params, static = eqx.partition(online, eqx.is_inexact_array)
+        target_params = eqx.filter(state.target, eqx.is_inexact_array)
+        mixed = jax.tree.map(
+            lambda o, t: (rate * o + (1.0 - rate) * t).astype(t.dtype), online_params, target_params
+        )
+        target = eqx.combine(mixed, static)
+        new_state = LearnerState(
+            online=online, target=target, opt_state=opt_state, updates=count, key=key
+        )
+        return new_state, aux

@@ -1,0 +1,70 @@
+"""Networks: torsos, recurrent cores, dense (noisy) layers, dueling streams and value heads.
+
+``build_network(spec, observation_shape, num_actions, key=key)`` builds the Equinox module of an
+algorithm's ``network:`` block. Importing this package registers the built-in components:
+
+- torso: ``auto``, ``mlp``, ``nature_cnn``, ``impala_cnn`` (:mod:`zoo.networks.torsos`)
+- core: ``lstm`` (:mod:`zoo.networks.cores`)
+- head: ``q``, ``categorical``, ``quantile`` (:mod:`zoo.networks.heads`)
+
+Each module's docstring gives the factory signature a user component must follow.
+"""
+
+from zoo.networks.cores import LSTM, AbstractCore, lstm_core
+from zoo.networks.heads import (
+    AbstractHead,
+    CategoricalHead,
+    QHead,
+    QuantileHead,
+    categorical_head,
+    q_head,
+    quantile_head,
+)
+from zoo.networks.layers import MLP, NoisyLinear, linear, scale_noise
+from zoo.networks.network import (
+    DuelingStreams,
+    FeedForwardNetwork,
+    RecurrentNetwork,
+    SingleStream,
+    build_network,
+    preprocess,
+)
+from zoo.networks.torsos import (
+    ImpalaCNN,
+    MLPTorso,
+    NatureCNN,
+    auto_torso,
+    impala_cnn_torso,
+    mlp_torso,
+    nature_cnn_torso,
+)
+
+__all__ = [
+    "LSTM",
+    "MLP",
+    "AbstractCore",
+    "AbstractHead",
+    "CategoricalHead",
+    "DuelingStreams",
+    "FeedForwardNetwork",
+    "ImpalaCNN",
+    "MLPTorso",
+    "NatureCNN",
+    "NoisyLinear",
+    "QHead",
+    "QuantileHead",
+    "RecurrentNetwork",
+    "SingleStream",
+    "auto_torso",
+    "build_network",
+    "categorical_head",
+    "impala_cnn_torso",
+    "linear",
+    "lstm_core",
+    "mlp_torso",
+    "nature_cnn_torso",
+    "preprocess",
+    "q_head",
+    "quantile_head",
+    "scale_noise",
+]

@@ -1,0 +1,289 @@
+"""Whole networks: torso → (recurrent core) → hidden layers → output layer → head.
+
+:func:`build_network` turns the YAML ``network:`` block into an Equinox module. It looks every
+``kind`` up in :mod:`zoo.registry` (axes ``torso``, ``core``, ``head``), so a registered user
+component is usable from YAML with no change here; see the docstrings of
+:mod:`zoo.networks.torsos`, :mod:`zoo.networks.cores` and :mod:`zoo.networks.heads` for the factory
+signatures.
+
+Conventions (Equinox): a network acts on **one** observation; callers batch with ``jax.vmap``.
+``key`` is the noise key of noisy layers: ``key=None`` uses their mean weights (deterministic);
+inside ``jax.vmap(lambda o: net(o, key=k))`` the key is unbatched, so one noise sample is shared
+by the whole batch, as in Fortunato et al. (2018). Non-noisy networks ignore ``key``.
+
+Observations: ``uint8`` inputs are cast to ``float32`` and divided by 255, anything else is cast to
+``float32``; images are channels-first ``[C, H, W]`` as envpool returns them.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree
+
+from zoo import registry
+from zoo.networks.cores import AbstractCore
+from zoo.networks.heads import AbstractHead
+from zoo.networks.layers import MLP
+from zoo.types import NetworkOutput
+
+__all__ = [
+    "DuelingStreams",
+    "FeedForwardNetwork",
+    "RecurrentNetwork",
+    "SingleStream",
+    "build_network",
+    "preprocess",
+]
+
+
+def preprocess(observation: Array) -> Float[Array, "*dims"]:
+    """``uint8`` → ``float32 / 255``; any other dtype → ``float32``."""
+    if observation.dtype == jnp.uint8:
+        return observation.astype(jnp.float32) / 255.0
+    return observation.astype(jnp.float32)
+
+
+def _split(key: PRNGKeyArray | None, num: int) -> tuple[PRNGKeyArray | None, ...]:
+    if key is None:
+        return (None,) * num
+    return tuple(jax.random.split(key, num))
+
+
+@typing.final
+class SingleStream(eqx.Module):
+    """Hidden ReLU layers, then one linear layer to ``A·N`` outputs, read as ``[A, N]``."""
+
+    mlp: MLP
+    num_actions: int = eqx.field(static=True)
+    num_outputs: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden: Sequence[int],
+        num_actions: int,
+        num_outputs: int,
+        *,
+        noisy: bool = False,
+        sigma0: float = 0.5,
+        key: PRNGKeyArray,
+    ):
+        self.mlp = MLP(
+            in_features,
+            [*hidden, num_actions * num_outputs],
+            activate_final=False,
+            noisy=noisy,
+            sigma0=sigma0,
+            key=key,
+        )
+        self.num_actions = num_actions
+        self.num_outputs = num_outputs
+
+    def __call__(
+        self, x: Float[Array, " features"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, "actions outputs"]:
+        return self.mlp(x, key=key).reshape(self.num_actions, self.num_outputs)
+
+
+@typing.final
+class DuelingStreams(eqx.Module):
+    """Dueling architecture (Wang et al. 2016, "Dueling Network Architectures for Deep
+    Reinforcement Learning", https://arxiv.org/abs/1511.06581, equation 9):
+
+    ``out[a, :] = V[:] + A[a, :] − mean_a' A[a', :]``, applied per atom or quantile for
+    distributional heads as in Rainbow. The value and the advantage streams each have their own copy
+    of the hidden layers.
+
+    Attributes:
+      value: hidden layers then ``N`` outputs.
+      advantage: hidden layers then ``A·N`` outputs.
+    """
+
+    value: MLP
+    advantage: MLP
+    num_actions: int = eqx.field(static=True)
+    num_outputs: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden: Sequence[int],
+        num_actions: int,
+        num_outputs: int,
+        *,
+        noisy: bool = False,
+        sigma0: float = 0.5,
+        key: PRNGKeyArray,
+    ):
+        vkey, akey = jax.random.split(key)
+        kwargs = {"activate_final": False, "noisy": noisy, "sigma0": sigma0}
+        self.value = MLP(in_features, [*hidden, num_outputs], key=vkey, **kwargs)
+        self.advantage = MLP(in_features, [*hidden, num_actions * num_outputs], key=akey, **kwargs)
+        self.num_actions = num_actions
+        self.num_outputs = num_outputs
+
+    def streams(
+        self, x: Float[Array, " features"], *, key: PRNGKeyArray | None = None
+    ) -> tuple[Float[Array, " outputs"], Float[Array, "actions outputs"]]:
+        """The raw streams ``(V [N], A [A, N])`` before they are combined."""
+        vkey, akey = _split(key, 2)
+        value = self.value(x, key=vkey)
+        advantage = self.advantage(x, key=akey).reshape(self.num_actions, self.num_outputs)
+        return value, advantage
+
+    def __call__(
+        self, x: Float[Array, " features"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, "actions outputs"]:
+        value, advantage = self.streams(x, key=key)
+        return value[None, :] + advantage - jnp.mean(advantage, axis=0, keepdims=True)
+
+
+@typing.final
+class FeedForwardNetwork(eqx.Module):
+    """``torso → hidden → output layer (or dueling streams) → head`` for one observation."""
+
+    is_recurrent: ClassVar[bool] = False
+
+    torso: eqx.Module
+    streams: SingleStream | DuelingStreams
+    head: AbstractHead
+
+    def __call__(self, observation: Array, *, key: PRNGKeyArray | None = None) -> NetworkOutput:
+        """Args:
+          observation: one observation (``uint8`` images are scaled by 1/255).
+          key: noise key of noisy layers; ``None`` uses their mean weights.
+
+        Returns:
+          A :class:`NetworkOutput` with ``q_values`` ``[A]`` and the head's other fields.
+        """
+        torso_key, stream_key = _split(key, 2)
+        features = self.torso(preprocess(observation), key=torso_key)
+        return self.head(self.streams(features, key=stream_key))
+
+
+# ``atoms`` is the head's fixed support: an unroll does not stack it over time.
+_UNROLL_OUT_AXES = NetworkOutput(q_values=0, logits=0, atoms=None, quantiles=0)
+
+
+@typing.final
+class RecurrentNetwork(eqx.Module):
+    """``torso → recurrent core → hidden → output layer (or dueling streams) → head`` (R2D2,
+    Kapturowski et al. 2019, with an LSTM core).
+    """
+
+    is_recurrent: ClassVar[bool] = True
+
+    torso: eqx.Module
+    core: AbstractCore
+    streams: SingleStream | DuelingStreams
+    head: AbstractHead
+
+    def initial_state(self) -> PyTree[Array]:
+        """The core's zero state for one example, e.g. ``(h, c)`` of ``[size]`` arrays."""
+        return self.core.initial_state()
+
+    def _output(self, x: Array, key: PRNGKeyArray | None) -> NetworkOutput:
+        return self.head(self.streams(x, key=key))
+
+    def __call__(
+        self, observation: Array, state: PyTree[Array], *, key: PRNGKeyArray | None = None
+    ) -> tuple[NetworkOutput, PyTree[Array]]:
+        """One step on one observation: ``(output, new_state)``."""
+        torso_key, core_key, stream_key = _split(key, 3)
+        features = self.torso(preprocess(observation), key=torso_key)
+        features, state = self.core(features, state, key=core_key)
+        return self._output(features, stream_key), state
+
+    def unroll(
+        self, observations: Array, state: PyTree[Array], *, key: PRNGKeyArray | None = None
+    ) -> tuple[NetworkOutput, PyTree[Array]]:
+        """Runs the network over a sequence ``[T, ...]`` of one example from ``state``.
+
+        Equal to calling the network step by step with the same ``key`` (one noise sample for the
+        whole sequence). The state is never reset inside the sequence (as in the reference R2D2).
+        The torso and the output layers are batched over time; only the core is scanned.
+
+        Returns:
+          ``(output, final_state)``; every field of ``output`` has a leading ``T`` axis except
+          ``atoms``, which stays ``[N]``.
+        """
+        torso_key, core_key, stream_key = _split(key, 3)
+        features = jax.vmap(lambda o: self.torso(preprocess(o), key=torso_key))(observations)
+
+        def step(carry: PyTree[Array], x: Array) -> tuple[PyTree[Array], Array]:
+            y, carry = self.core(x, carry, key=core_key)
+            return carry, y
+
+        state, features = jax.lax.scan(step, state, features)
+        outputs = jax.vmap(lambda x: self._output(x, stream_key), out_axes=_UNROLL_OUT_AXES)(
+            features
+        )
+        return outputs, state
+
+
+def _feature_count(fn: Any, *args: Any) -> int:
+    out = eqx.filter_eval_shape(fn, *args)
+    out = out[0] if isinstance(out, tuple) else out
+    if len(out.shape) != 1:
+        raise ValueError(f"a torso or core must return a rank-1 feature vector; got {out.shape}")
+    return int(out.shape[0])
+
+
+def build_network(
+    spec: Any,
+    observation_shape: tuple[int, ...],
+    num_actions: int,
+    *,
+    key: PRNGKeyArray,
+) -> FeedForwardNetwork | RecurrentNetwork:
+    """Builds the network of an algorithm spec.
+
+    Args:
+      spec: the algorithm spec (anything with a ``.network`` attribute) or its ``network`` block
+        itself: ``torso``, ``hidden``, ``dueling``, ``noisy``, ``noisy_sigma0``, ``core``, ``head``.
+      observation_shape: shape of one observation (images channels-first ``[C, H, W]``).
+      num_actions: number of discrete actions ``A``.
+      key: initialisation key (keyword only).
+
+    Returns:
+      A :class:`FeedForwardNetwork` (``net(obs, *, key=None)``) when ``core`` is null, else a
+      :class:`RecurrentNetwork` (``net(obs, state, *, key=None)``, ``initial_state()``,
+      ``unroll(observations, state, *, key=None)``). ``net.is_recurrent`` tells which.
+
+    Noisy networks (``noisy: true``) make the hidden layers and the output layer(s)
+    :class:`~zoo.networks.layers.NoisyLinear`, as in Rainbow; torsos and cores stay plain.
+    """
+    config = getattr(spec, "network", spec)
+    observation_shape = tuple(int(d) for d in observation_shape)
+    torso_key, core_key, stream_key = jax.random.split(key, 3)
+
+    torso = registry.get("torso", config.torso.kind)(config.torso, observation_shape, key=torso_key)
+    features = _feature_count(torso, jax.ShapeDtypeStruct(observation_shape, jnp.float32))
+
+    core = None
+    if config.core is not None:
+        core = registry.get("core", config.core.kind)(config.core, features, key=core_key)
+        features = _feature_count(
+            core, jax.ShapeDtypeStruct((features,), jnp.float32), core.initial_state()
+        )
+
+    head = registry.get("head", config.head.kind)(config.head)
+    stream_cls = DuelingStreams if config.dueling else SingleStream
+    streams = stream_cls(
+        features,
+        [int(h) for h in (config.hidden or ())],
+        int(num_actions),
+        head.num_outputs,
+        noisy=bool(config.noisy),
+        sigma0=float(config.noisy_sigma0),
+        key=stream_key,
+    )
+    if core is None:
+        return FeedForwardNetwork(torso, streams, head)
+    return RecurrentNetwork(torso, core, streams, head)

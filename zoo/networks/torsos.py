@@ -1,0 +1,208 @@
+"""Torsos: feature extractors from one observation to a feature vector.
+
+The YAML ``network.torso`` block names one of the registered torsos (``zoo list 'torso/*'``).
+
+Writing your own torso
+----------------------
+A torso factory is registered on the ``"torso"`` axis and has the signature::
+
+    @zoo.registry.register("torso", "my_torso", config=MyTorsoConfig)
+    def my_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) -> eqx.Module:
+        ...
+
+``config`` is the validated YAML block (its ``kind`` plus the fields of your config model);
+``observation_shape`` is the shape of **one** observation as the environment gives it (images are
+channels-first ``[C, H, W]``, as envpool returns them). The returned module is called as
+``torso(x, *, key=None)`` on one observation ``x`` that is already ``float32`` (``uint8`` inputs
+are divided by 255 before the torso sees them) and must return a rank-1 feature vector; ``key``
+is the network's noise key (``None`` when acting deterministically) and may be ignored. The
+feature count is found with ``jax.eval_shape``, so the module need not declare it.
+
+Built-in torsos use Equinox's default initialisation (``U(±1/sqrt(fan_in))`` for weights and
+biases, PyTorch's default). Convolutions run channels-first, which is the layout envpool delivers,
+so no transpose is needed.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from zoo.networks.layers import MLP
+from zoo.registry import register
+
+__all__ = [
+    "ImpalaCNN",
+    "ImpalaResidualBlock",
+    "ImpalaStack",
+    "MLPTorso",
+    "NatureCNN",
+    "auto_torso",
+    "impala_cnn_torso",
+    "mlp_torso",
+    "nature_cnn_torso",
+]
+
+
+@typing.final
+class MLPTorso(eqx.Module):
+    """Flatten, then dense ReLU layers (every layer, the last included, is followed by a ReLU).
+
+    With no layers it only flattens. Used for vector observations (classic control).
+    """
+
+    mlp: MLP
+
+    def __call__(
+        self, x: Float[Array, "*dims"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " features"]:
+        del key  # the torso is never noisy
+        return self.mlp(jnp.ravel(x))
+
+
+@typing.final
+class NatureCNN(eqx.Module):
+    """The convolutional torso of DQN (Mnih et al. 2015, "Human-level control through deep
+    reinforcement learning", https://doi.org/10.1038/nature14236).
+
+    ``conv 32×8×8 stride 4 → ReLU → conv 64×4×4 stride 2 → ReLU → conv 64×3×3 stride 1 → ReLU →
+    flatten``, with VALID padding: ``[4, 84, 84] → [64, 7, 7] → 3136`` features. The paper's
+    fully connected 512-unit layer is not part of the torso; it is ``network.hidden: [512]``.
+    """
+
+    convs: tuple[eqx.nn.Conv2d, eqx.nn.Conv2d, eqx.nn.Conv2d]
+
+    def __call__(
+        self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " features"]:
+        del key
+        for conv in self.convs:
+            x = jax.nn.relu(conv(x))
+        return jnp.ravel(x)
+
+
+@typing.final
+class ImpalaResidualBlock(eqx.Module):
+    """``x + conv(relu(conv(relu(x))))`` with 3×3 SAME convolutions (Espeholt et al. 2018)."""
+
+    conv0: eqx.nn.Conv2d
+    conv1: eqx.nn.Conv2d
+
+    def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "c h w"]:
+        y = self.conv0(jax.nn.relu(x))
+        y = self.conv1(jax.nn.relu(y))
+        return x + y
+
+
+def _max_pool_same(x: Float[Array, "c h w"]) -> Float[Array, "c h2 w2"]:
+    """3×3 max pooling with stride 2 and TensorFlow's SAME padding (the IMPALA reference's)."""
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3), (1, 2, 2), "SAME")
+
+
+@typing.final
+class ImpalaStack(eqx.Module):
+    """``conv 3×3 (SAME) → max pool 3×3 stride 2 (SAME) → two residual blocks``."""
+
+    conv: eqx.nn.Conv2d
+    blocks: tuple[ImpalaResidualBlock, ImpalaResidualBlock]
+
+    def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "c2 h2 w2"]:
+        x = _max_pool_same(self.conv(x))
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+@typing.final
+class ImpalaCNN(eqx.Module):
+    """The residual torso of IMPALA ("deep" network of Espeholt et al. 2018, "IMPALA: Scalable
+    Distributed Deep-RL with Importance Weighted Actor-Learner Architectures",
+    https://arxiv.org/abs/1802.01561, figure 3).
+
+    One :class:`ImpalaStack` per entry of ``channels`` (default ``[16, 32, 32]``), then ReLU and
+    flatten. The paper's fully connected 256-unit layer is ``network.hidden``, not the torso.
+    """
+
+    stacks: tuple[ImpalaStack, ...]
+
+    def __call__(
+        self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " features"]:
+        del key
+        for stack in self.stacks:
+            x = stack(x)
+        return jnp.ravel(jax.nn.relu(x))
+
+
+def _check_image(observation_shape: tuple[int, ...], name: str) -> None:
+    if len(observation_shape) != 3:
+        raise ValueError(
+            f"torso {name!r} needs channels-first image observations [C, H, W]; "
+            f"got observation shape {tuple(observation_shape)}"
+        )
+
+
+@register("torso", "mlp")
+def mlp_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) -> MLPTorso:
+    """Flatten, then dense ReLU layers of ``config.sizes`` units (empty: flatten only)."""
+    in_features = 1
+    for d in observation_shape:
+        in_features *= int(d)
+    sizes: Sequence[int] = list(config.sizes or ())
+    return MLPTorso(MLP(in_features, sizes, activate_final=True, key=key))
+
+
+@register("torso", "nature_cnn")
+def nature_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) -> NatureCNN:
+    """DQN's three-layer convolutional torso (Mnih et al. 2015); 3136 features at 84×84."""
+    del config
+    _check_image(observation_shape, "nature_cnn")
+    k0, k1, k2 = jax.random.split(key, 3)
+    channels = int(observation_shape[0])
+    return NatureCNN(
+        (
+            eqx.nn.Conv2d(channels, 32, kernel_size=8, stride=4, key=k0),
+            eqx.nn.Conv2d(32, 64, kernel_size=4, stride=2, key=k1),
+            eqx.nn.Conv2d(64, 64, kernel_size=3, stride=1, key=k2),
+        )
+    )
+
+
+@register("torso", "impala_cnn")
+def impala_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) -> ImpalaCNN:
+    """IMPALA's residual torso (Espeholt et al. 2018) with ``config.channels`` per stack."""
+    _check_image(observation_shape, "impala_cnn")
+    channels = [int(c) for c in config.channels]
+    in_channels = int(observation_shape[0])
+    stacks = []
+    for out_channels, stack_key in zip(channels, jax.random.split(key, len(channels)), strict=True):
+        k_conv, *k_blocks = jax.random.split(stack_key, 5)
+
+        def conv(c_in: int, c_out: int, k: PRNGKeyArray) -> eqx.nn.Conv2d:
+            return eqx.nn.Conv2d(c_in, c_out, kernel_size=3, padding="SAME", key=k)
+
+        blocks = tuple(
+            ImpalaResidualBlock(
+                conv(out_channels, out_channels, k_blocks[2 * i]),
+                conv(out_channels, out_channels, k_blocks[2 * i + 1]),
+            )
+            for i in range(2)
+        )
+        stacks.append(ImpalaStack(conv(in_channels, out_channels, k_conv), blocks))
+        in_channels = out_channels
+    return ImpalaCNN(tuple(stacks))
+
+
+@register("torso", "auto")
+def auto_torso(
+    config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray
+) -> NatureCNN | MLPTorso:
+    """``nature_cnn`` for rank-3 (image) observations, else ``mlp`` with ``config.sizes``."""
+    if len(observation_shape) == 3:
+        return nature_cnn_torso(config, observation_shape, key=key)
+    return mlp_torso(config, observation_shape, key=key)
