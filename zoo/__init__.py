@@ -38,6 +38,10 @@ _EXPORTS = {
     "build_network": "zoo.networks",
     "build_optimizer": "zoo.optimizers",
     "build_schedule": "zoo.schedules",
+    "train": "zoo.run",
+    "load_policy": "zoo.run",
+    "evaluate_run": "zoo.run",
+    "Learner": "zoo.learner",
 }
 
 __all__ = [  # noqa: RUF022 - grouped as in _EXPORTS
@@ -59,6 +63,10 @@ __all__ = [  # noqa: RUF022 - grouped as in _EXPORTS
     "build_network",
     "build_optimizer",
     "build_schedule",
+    "train",
+    "load_policy",
+    "evaluate_run",
+    "Learner",
     "registry",
     "spec",
     "__version__",
@@ -66,9 +74,11 @@ __all__ = [  # noqa: RUF022 - grouped as in _EXPORTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from zoo import registry, spec
+    from zoo.learner import Learner
     from zoo.losses import Loss, build_loss
     from zoo.networks import build_network
     from zoo.optimizers import build_optimizer
+    from zoo.run import evaluate_run, load_policy, train
     from zoo.schedules import build_schedule
     from zoo.spec import (
         AlgorithmSpec,

@@ -3,6 +3,9 @@
     zoo list [algorithms|presets|components] [PATTERN]
     zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...]
     zoo validate FILE...
+    zoo train ALGORITHM|PRESET|FILE [--env ID] [--steps N] [--seed S] [--set KEY=VALUE ...]
+              [--run-dir DIR] [--resume DIR] ...
+    zoo eval RUN_DIR [--episodes N]
 
 Spec errors are printed one per line (file, entry, field path, problem) with exit status 2; no
 traceback. User components enter through ``--plugin MODULE`` (repeatable) or the ``ZOO_PLUGINS``
@@ -97,6 +100,70 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from zoo.run import RunError, train
+
+    if args.algorithm is None and args.resume is None:
+        print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    try:
+        result = train(
+            args.algorithm,
+            env=args.env,
+            total_env_steps=args.steps,
+            seed=args.seed,
+            overrides=spec.parse_overrides(args.set or []),
+            run_dir=args.run_dir,
+            resume=args.resume,
+            num_envs=args.num_envs,
+            protocol=args.protocol,
+            eval_every=args.eval_every,
+            eval_episodes=args.eval_episodes,
+            eval_max_steps=args.eval_max_steps,
+            checkpoint_every=args.checkpoint_every,
+            save_replay=not args.no_replay_checkpoint,
+            stop_at_return=args.stop_at_return,
+            on_start=lambda path: print(f"run directory: {path}", file=sys.stderr),
+        )
+    except RunError as e:
+        print(f"zoo train: {e}", file=sys.stderr)
+        return 1
+    final = result.final_eval
+    if result.interrupted:
+        print(
+            f"interrupted at env step {result.env_steps:,}; checkpoint saved. "
+            f"Continue with: zoo train --resume {result.run_dir}",
+            file=sys.stderr,
+        )
+        return 130
+    if final is not None:
+        print(
+            f"finished {result.env_steps:,} env steps, {result.updates:,} updates; "
+            f"evaluation return {final['mean']:.1f} ± {final['std']:.1f} over "
+            f"{final['episodes']} games (best {result.best_return:.1f})"
+        )
+    print(f"results: {result.run_dir} (metrics.jsonl, eval.jsonl, tb/, checkpoints/)")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from zoo.run import RunError, evaluate_run
+
+    try:
+        result = evaluate_run(
+            args.run_dir, episodes=args.episodes, seed=args.seed, max_steps=args.max_steps
+        )
+    except RunError as e:
+        print(f"zoo eval: {e}", file=sys.stderr)
+        return 1
+    print(
+        f"{result['run_dir']}: return {result['mean']:.2f} ± {result['std']:.2f} "
+        f"(min {result['min']:.1f}, max {result['max']:.1f}) over {result['episodes']} games "
+        f"under protocol {result['protocol']}"
+    )
+    return 0
+
+
 def _load_plugins(modules: Sequence[str]) -> None:
     env = [m.strip() for m in os.environ.get("ZOO_PLUGINS", "").split(",") if m.strip()]
     for module in [*env, *modules]:
@@ -104,6 +171,8 @@ def _load_plugins(modules: Sequence[str]) -> None:
             importlib.import_module(module)
         except ImportError as e:
             raise SystemExit(f"zoo: cannot import plugin module {module!r}: {e}") from None
+        except registry.DuplicateComponentError as e:
+            raise SystemExit(f"zoo: plugin module {module!r}: {e}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -137,6 +206,37 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check YAML files of algorithms or presets")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("train", help="train an algorithm or preset; writes a run directory")
+    p.add_argument("algorithm", nargs="?", help="catalogue name, preset, FILE.yaml[:ENTRY]")
+    p.add_argument("--env", help="environment id (default: the preset's, else CartPole-v1)")
+    p.add_argument("--steps", type=int, help="budget in transitions (agent steps, all envs)")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="dotted override, e.g. loss.n_step=3"
+    )
+    p.add_argument("--run-dir", help="run directory (default runs/NAME-ENV-sSEED-TIME)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    p.add_argument("--num-envs", type=int, help="parallel environments")
+    p.add_argument("--protocol", help="evaluation protocol (default: the environment's)")
+    p.add_argument("--eval-every", type=int, help="transitions between evaluations")
+    p.add_argument("--eval-episodes", type=int, default=10, help="games per evaluation")
+    p.add_argument("--eval-max-steps", type=int, help="cap on agent steps per evaluation")
+    p.add_argument("--checkpoint-every", type=int, help="transitions between checkpoints")
+    p.add_argument(
+        "--no-replay-checkpoint",
+        action="store_true",
+        help="leave the replay out of checkpoints (a resumed run refills it)",
+    )
+    p.add_argument("--stop-at-return", type=float, help="stop once an evaluation reaches this")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a run's checkpoint under its protocol")
+    p.add_argument("run_dir")
+    p.add_argument("--episodes", type=int, default=10, help="games to play")
+    p.add_argument("--seed", type=int, default=12345, help="evaluation seed")
+    p.add_argument("--max-steps", type=int, help="cap on agent steps")
+    p.set_defaults(func=_cmd_eval)
     return parser
 
 

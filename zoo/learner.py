@@ -87,6 +87,7 @@ class Learner:
         (_, aux), grads = eqx.filter_value_and_grad(objective, has_aux=True)(state.online)
         if self.axis_name is not None:
             grads = jax.lax.pmean(grads, self.axis_name)
+            aux = aux._replace(metrics=jax.lax.pmean(aux.metrics, self.axis_name))
         params = eqx.filter(state.online, eqx.is_inexact_array)
         updates, opt_state = self.optimizer.update(grads, state.opt_state, params)
         online = eqx.apply_updates(state.online, updates)
@@ -103,3 +104,68 @@ class Learner:
             online=online, target=target, opt_state=opt_state, updates=count, key=key
         )
         return new_state, aux
+
+
+class DataParallelLearner:
+    """The learner's update under ``pmap`` over devices: one update step on a global batch.
+
+    Every device holds a replica of the state and a shard of the batch; gradients are averaged
+    with ``pmean`` and the importance-weight normaliser is the global maximum, so the update equals
+    the single-device update on the whole batch (to float tolerance). Under ``jax.distributed``
+    the devices of every process take part; each process feeds the shards of its local devices.
+
+    Args:
+      spec: a validated algorithm spec.
+      devices: the devices to use (default: every device of every process; each process feeds
+        its local ones).
+    """
+
+    axis_name = "devices"
+
+    def __init__(self, spec: AlgorithmSpec, devices: list[Any] | None = None):
+        self.devices = list(devices) if devices is not None else jax.devices()
+        local = [d for d in self.devices if d.process_index == jax.process_index()]
+        self.num_devices = len(local)
+        batch = spec.replay.batch_size
+        total = len(self.devices)
+        if batch % total != 0:
+            raise ValueError(
+                f"replay.batch_size={batch} must divide evenly over {total} devices; set "
+                f"--set replay.batch_size=<a multiple of {total}>"
+            )
+        self.learner = Learner(spec, axis_name=self.axis_name)
+        self._update = eqx.filter_pmap(
+            self.learner.update, axis_name=self.axis_name, devices=self.devices
+        )
+
+    def init(self, network: Any, key: jax.Array) -> LearnerState:
+        """A replicated initial state (leading device axis on every array)."""
+        return self.replicate(self.learner.init(network, key))
+
+    def replicate(self, tree: Any) -> Any:
+        """Put a copy of ``tree``'s arrays on every device (leading device axis)."""
+        arrays, static = eqx.partition(tree, eqx.is_array)
+        n = self.num_devices
+        arrays = jax.tree.map(lambda x: jnp.broadcast_to(x[None], (n, *x.shape)), arrays)
+        return eqx.combine(arrays, static)
+
+    def unreplicate(self, tree: Any) -> Any:
+        """The first replica of a replicated ``tree``."""
+        arrays, static = eqx.partition(tree, eqx.is_array)
+        return eqx.combine(jax.tree.map(lambda x: x[0], arrays), static)
+
+    def shard(self, batch: Any) -> Any:
+        """Split this process's batch (its share of the global batch) over its devices."""
+        n = self.num_devices
+        return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n, *x.shape[1:])), batch)
+
+    def update(self, state: LearnerState, batch: Transition | SequenceBatch):
+        """One data-parallel update on the local part of the global batch.
+
+        Returns the replicated state and the loss aux with priorities flattened back to the
+        local batch order (``None`` when the spec does not prioritise).
+        """
+        state, aux = self._update(state, self.shard(batch))
+        priorities = None if aux.priorities is None else aux.priorities.reshape(-1)
+        metrics = jax.tree.map(lambda x: x[0], aux.metrics)
+        return state, LossAux(priorities=priorities, metrics=metrics)

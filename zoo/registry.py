@@ -42,6 +42,7 @@ __all__ = [
     "names",
     "register",
     "suggest",
+    "unregister",
 ]
 
 #: The axes of the algorithm space, each with one table of named components.
@@ -138,6 +139,8 @@ def register(axis: str, name: str, *, config: Any = None) -> Callable[[F], F]:
     table = _table(axis)
 
     def decorator(factory: F) -> F:
+        if not str(getattr(factory, "__module__", "")).startswith("zoo."):
+            _load_builtins()  # a user component may not take a built-in name
         if name in table:
             raise DuplicateComponentError(
                 f"{axis} {name!r} is already registered (by {table[name].factory.__module__}); "
@@ -148,6 +151,22 @@ def register(axis: str, name: str, *, config: Any = None) -> Callable[[F], F]:
         return factory
 
     return decorator
+
+
+def unregister(axis: str, name: str) -> Entry:
+    """Remove component ``name`` from ``axis`` and return its entry.
+
+    For tests and interactive sessions that register a component for a while; a spec validated
+    while it was registered keeps its config object, but building that spec afterwards raises
+    :class:`UnknownComponentError`. Built-in components are not meant to be removed.
+
+    Raises:
+      UnknownComponentError: if ``name`` is not registered on ``axis``.
+    """
+    table = _table(axis)
+    if name not in table:
+        raise UnknownComponentError(axis, name, list(table))
+    return table.pop(name)
 
 
 def _load_builtins() -> None:

@@ -757,6 +757,20 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
+def _entries(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The entries of an algorithms file; entry names must be strings."""
+    data = read_yaml(path)
+    bad = [key for key in data if not isinstance(key, str)]
+    if bad:
+        raise SpecError(
+            [
+                Problem(str(path), str(key), "", f"entry names must be strings; quote it: '{key}':")
+                for key in bad
+            ]
+        )
+    return data
+
+
 # --------------------------------------------------------------------------------------------
 # Merging, extends and overrides
 
@@ -1070,7 +1084,7 @@ def load_algorithms_file(
 ) -> dict[str, AlgorithmSpec]:
     """Validate every entry of a YAML file; all problems of all entries in one SpecError."""
     source = str(path)
-    entries = read_yaml(path)
+    entries = _entries(path)
     specs: dict[str, AlgorithmSpec] = {}
     problems: list[Problem] = []
     for name in entries:
@@ -1117,7 +1131,7 @@ def load_algorithm(
     ref = str(ref)
     if _looks_like_path(ref):
         path, name = _split_ref(ref)
-        entries = read_yaml(path)
+        entries = _entries(path)
         if name is None:
             if len(entries) != 1:
                 names = ", ".join(map(str, entries)) or "(none)"
@@ -1136,7 +1150,7 @@ def load_algorithm(
                 "",
                 "no such entry"
                 + (f"; did you mean {hint!r}?" if hint else "")
-                + f" Entries: {', '.join(map(str, entries))}.",
+                + f". Entries: {', '.join(map(str, entries))}.",
             )
         return _build_algorithm(entries, name, path, overrides)
     catalogue = _catalogue_raw()

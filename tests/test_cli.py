@@ -1,0 +1,370 @@
+"""The ``zoo`` command, run for real in subprocesses from a folder outside the repository.
+
+Every command runs as ``python -m zoo.cli`` from ``tmp_path``, so these tests also prove that the
+catalogue is found from any working directory. Spec errors must come out as one line per problem
+with exit status 2 and never a traceback; ``list``/``show``/``validate`` must not start JAX.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+import zoo
+from zoo import cli, spec
+from zoo.spec import AlgorithmSpec
+
+#: Catalogue names DESIGN.md requires (reference losses, paper algorithms, novel compositions).
+REQUIRED = {
+    "dqn",
+    "dqn_reg",
+    "mdqn",
+    "prioritized_ddqn",
+    "prioritized_c51",
+    "qr_dqn",
+    "r2d2",
+    "double_dqn",
+    "c51",
+    "rainbow",
+    "der",
+    "munchausen_qr_dqn",
+    "munchausen_c51",
+    "r2d2_qr",
+}
+
+#: Where ``zoo`` is imported from, so the subprocesses find the same package from any folder.
+PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)
+
+
+def run_zoo(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m zoo.cli ARGS`` in ``cwd`` (no plugins unless ``env`` names some)."""
+    environ = {k: v for k, v in os.environ.items() if k != "ZOO_PLUGINS"}
+    environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p
+    )
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "zoo.cli", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    """Errors are for users: a message, never a Python traceback."""
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "Traceback" not in result.stdout, result.stdout
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    """Write dedented ``text`` to ``folder/name``."""
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def listed(stdout: str) -> dict[str, str]:
+    """``NAME  summary`` lines of ``zoo list`` as a mapping."""
+    rows = [line.split(maxsplit=1) for line in stdout.splitlines() if line.strip()]
+    assert all(len(row) == 2 for row in rows), stdout
+    return {name: summary for name, summary in rows}
+
+
+# ------------------------------------------------------------------------------------- list
+
+
+def test_list_shows_every_catalogue_entry_with_a_one_line_summary(tmp_path: Path) -> None:
+    result = run_zoo("list", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = listed(result.stdout)
+    assert list(rows) == spec.algorithm_names()
+    assert set(rows) >= REQUIRED
+    assert len(rows) >= 14
+    for name, summary in rows.items():
+        full = " ".join(spec.load_algorithm(name).summary.split())
+        assert summary and full.startswith(summary.removesuffix(".")), name
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["list", "prioritized_*"], ["prioritized_c51", "prioritized_ddqn"]),
+        (["list", "algorithms", "mdqn"], ["mdqn"]),
+        (["list", "algorithms", "*qr*"], ["munchausen_qr_dqn", "qr_dqn", "r2d2_qr"]),
+    ],
+)
+def test_list_filters_by_wildcard(tmp_path: Path, args: list[str], expected: list[str]) -> None:
+    result = run_zoo(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert list(listed(result.stdout)) == expected
+
+
+def test_list_components_by_axis_wildcard(tmp_path: Path) -> None:
+    result = run_zoo("list", "components", "td/*", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = listed(result.stdout)
+    assert set(rows) >= {"td/squared", "td/huber", "td/cross_entropy"}
+    assert all(name.startswith("td/") for name in rows)
+    assert all(summary.strip() for summary in rows.values())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["list", "nothing_like_this*"], ["list", "algorithms", "zz*"], ["list", "presets", "zz*"]],
+)
+def test_list_without_a_match_exits_1_with_a_message(tmp_path: Path, args: list[str]) -> None:
+    result = run_zoo(*args, cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "match" in result.stderr and args[-1] in result.stderr
+    assert_no_traceback(result)
+
+
+# ------------------------------------------------------------------------------------- show
+
+
+def test_show_prints_commented_yaml_that_round_trips(tmp_path: Path) -> None:
+    result = run_zoo("show", "mdqn", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    commented = [line for line in lines if "  # " in line]
+    assert len(commented) > len(lines) // 2, "fields carry their descriptions as comments"
+    assert any("temperature: 0.03  # " in line for line in lines)
+    # The comments are YAML comments: a safe loader drops them.
+    data = yaml.safe_load(result.stdout)
+    assert AlgorithmSpec.model_validate(data) == zoo.load_algorithm("mdqn")
+
+
+@pytest.mark.parametrize("name", spec.algorithm_names())
+def test_show_round_trips_every_catalogue_entry(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In-process (cheap): ``zoo show NAME`` re-validates to the same spec for every entry."""
+    assert cli.main(["show", name]) == 0
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert AlgorithmSpec.model_validate(data) == zoo.load_algorithm(name)
+
+
+def test_show_applies_overrides(tmp_path: Path) -> None:
+    result = run_zoo(
+        "show", "dqn", "--set", "loss.n_step=3", "--set", "loss.reward_clip=null", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load(result.stdout)
+    assert data["loss"]["n_step"] == 3
+    assert data["loss"]["reward_clip"] is None
+    expected = zoo.load_algorithm("dqn", overrides={"loss.n_step": 3, "loss.reward_clip": None})
+    assert AlgorithmSpec.model_validate(data) == expected
+
+
+def test_show_a_user_file_from_another_folder(tmp_path: Path) -> None:
+    write(tmp_path, "mine.yaml", "mine: {extends: mdqn, loss: {n_step: 3, reward_clip: null}}\n")
+    result = run_zoo("show", "mine.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load(result.stdout)
+    assert data["name"] == "mine"
+    assert data["loss"]["n_step"] == 3
+    assert data["loss"]["temperature"] == 0.03
+
+
+def test_show_misspelt_name_suggests_without_traceback(tmp_path: Path) -> None:
+    result = run_zoo("show", "mdqnn", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "did you mean 'mdqn'" in result.stderr
+    assert result.stdout == ""
+    assert_no_traceback(result)
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("loss.n_step=0", "loss.n_step"),
+        ("loss.n_stepp=3", "did you mean 'n_step'"),
+        ("loss.n_step", "expected KEY=VALUE"),
+    ],
+)
+def test_show_rejects_bad_overrides(tmp_path: Path, override: str, fragment: str) -> None:
+    result = run_zoo("show", "dqn", "--set", override, cwd=tmp_path)
+    assert result.returncode == 2
+    assert fragment in result.stderr
+    assert_no_traceback(result)
+
+
+# --------------------------------------------------------------------------------- validate
+
+
+def test_validate_a_good_file(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "good.yaml",
+        """\
+        three_step:
+          extends: dqn
+          loss: {n_step: 3, reward_clip: null}
+        quantile_mdqn:
+          extends: mdqn
+          network: {head: {kind: quantile, num_quantiles: 32}}
+        """,
+    )
+    result = run_zoo("validate", "good.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout and "good.yaml" in result.stdout
+    assert result.stderr == ""
+
+
+BAD = """\
+unknown_key:
+  extends: dqn
+  loss: {n_stpe: 3}
+wrong_type:
+  extends: dqn
+  replay: {batch_size: many}
+out_of_range:
+  extends: dqn
+  loss: {discount: 1.5}
+unknown_component:
+  extends: dqn
+  loss: {bootstrap: dubble}
+cycle_a:
+  extends: cycle_b
+cycle_b:
+  extends: cycle_a
+incompatible:
+  extends: c51
+  loss: {td: squared}
+fine:
+  extends: dqn
+"""
+
+BROKEN = """\
+broken:
+  extends: dqn
+  loss: {n_step: [1, 2
+"""
+
+#: (file, entry, field path, text) of each problem ``zoo validate`` must report, one line each.
+EXPECTED_PROBLEMS = [
+    ("bad.yaml", "unknown_key", "loss.n_stpe", "did you mean 'n_step'"),
+    ("bad.yaml", "wrong_type", "replay.batch_size", "'many'"),
+    ("bad.yaml", "out_of_range", "loss.discount", "1.5"),
+    ("bad.yaml", "unknown_component", "loss.bootstrap", "did you mean 'double'"),
+    ("bad.yaml", "cycle_a", "extends", "cyclic extends: cycle_a -> cycle_b -> cycle_a"),
+    ("bad.yaml", "cycle_b", "extends", "cyclic extends: cycle_b -> cycle_a -> cycle_b"),
+    ("bad.yaml", "incompatible", "loss.td", "cross_entropy"),
+]
+
+
+def test_validate_reports_every_problem_one_line_each(tmp_path: Path) -> None:
+    write(tmp_path, "good.yaml", "mine: {extends: dqn}\n")
+    (tmp_path / "bad.yaml").write_text(BAD)
+    (tmp_path / "broken.yaml").write_text(BROKEN)
+    result = run_zoo("validate", "good.yaml", "bad.yaml", "broken.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_no_traceback(result)
+    assert "good.yaml: ok" in result.stdout
+    lines = result.stderr.splitlines()
+    problems = len(EXPECTED_PROBLEMS) + 1  # + the malformed YAML of broken.yaml
+    assert len(lines) == problems + 1, result.stderr
+    assert lines[-1] == f"{problems} problems found"
+    for source, entry, path, text in EXPECTED_PROBLEMS:
+        prefix = f"{source}: {entry}: {path}: "
+        hits = [line for line in lines if line.startswith(prefix)]
+        assert len(hits) == 1, (prefix, result.stderr)
+        assert text in hits[0], hits[0]
+    (yaml_line,) = [line for line in lines if line.startswith("broken.yaml: ")]
+    assert "malformed YAML" in yaml_line and "line 4" in yaml_line
+    assert not any(line.startswith("bad.yaml: fine:") for line in lines)
+
+
+def test_validate_a_missing_file(tmp_path: Path) -> None:
+    result = run_zoo("validate", "missing.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["missing.yaml: no such file", "1 problem found"]
+
+
+def test_validate_a_non_string_entry_name(tmp_path: Path) -> None:
+    write(tmp_path, "numbers.yaml", "1: {extends: dqn}\n")
+    result = run_zoo("validate", "numbers.yaml", cwd=tmp_path)
+    assert_no_traceback(result)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "1 problem found"
+
+
+# ------------------------------------------------------------------------- startup and usage
+
+
+def test_list_show_and_validate_do_not_import_jax(tmp_path: Path) -> None:
+    """``zoo list``/``show``/``validate`` stay instant: nothing on their path imports JAX."""
+    write(tmp_path, "good.yaml", "mine: {extends: mdqn, network: {head: quantile}}\n")
+    write(tmp_path, "bad.yaml", "mine: {extends: mdqn, loss: {td: hubber}}\n")
+    program = textwrap.dedent(
+        """\
+        import contextlib, io, json, sys
+        import zoo.cli
+        out = {}
+        for argv in (["list"], ["list", "algorithms", "m*"], ["show", "r2d2"],
+                     ["validate", "good.yaml"], ["validate", "bad.yaml"]):
+            sink = io.StringIO()
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                rc = zoo.cli.main(argv)
+            out[" ".join(argv)] = [rc, "jax" in sys.modules]
+        print(json.dumps(out))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report == {
+        "list": [0, False],
+        "list algorithms m*": [0, False],
+        "show r2d2": [0, False],
+        "validate good.yaml": [0, False],
+        "validate bad.yaml": [2, False],
+    }
+
+
+def test_version(tmp_path: Path) -> None:
+    result = run_zoo("--version", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"zoo {zoo.__version__}"
+
+
+def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
+    result = run_zoo(cwd=tmp_path)
+    assert result.returncode == 2
+    assert "usage: zoo" in result.stderr
+    assert_no_traceback(result)
+
+
+def test_unknown_command_is_a_usage_error(tmp_path: Path) -> None:
+    result = run_zoo("trian", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "usage: zoo" in result.stderr and "'trian'" in result.stderr
+    assert_no_traceback(result)
+
+
+def test_console_script(tmp_path: Path) -> None:
+    """The installed ``zoo`` script (next to this interpreter) is the same command."""
+    script = shutil.which("zoo", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip("no `zoo` console script next to this interpreter")
+    result = subprocess.run(
+        [script, "list", "mdqn"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert list(listed(result.stdout)) == ["mdqn"]
