@@ -134,9 +134,21 @@ class DataParallelLearner:
                 f"--set replay.batch_size=<a multiple of {total}>"
             )
         self.learner = Learner(spec, axis_name=self.axis_name)
-        self._update = eqx.filter_pmap(
-            self.learner.update, axis_name=self.axis_name, devices=self.devices
-        )
+        self._devices_arg = None if devices is None else tuple(devices)
+        self._compiled: dict[Any, Any] = {}
+
+    def _pmapped(self, static: Any) -> Any:
+        """``jax.pmap`` of the update over the state's arrays, its static part closed over."""
+        if static not in self._compiled:
+
+            def update(arrays, batch):
+                state, aux = self.learner.update(eqx.combine(arrays, static), batch)
+                return eqx.filter(state, eqx.is_array), aux
+
+            self._compiled[static] = jax.pmap(
+                update, axis_name=self.axis_name, devices=self._devices_arg
+            )
+        return self._compiled[static]
 
     def init(self, network: Any, key: jax.Array) -> LearnerState:
         """A replicated initial state (leading device axis on every array)."""
@@ -165,7 +177,9 @@ class DataParallelLearner:
         Returns the replicated state and the loss aux with priorities flattened back to the
         local batch order (``None`` when the spec does not prioritise).
         """
-        state, aux = self._update(state, self.shard(batch))
+        arrays, static = eqx.partition(state, eqx.is_array)
+        arrays, aux = self._pmapped(static)(arrays, self.shard(batch))
+        state = eqx.combine(arrays, static)
         priorities = None if aux.priorities is None else aux.priorities.reshape(-1)
         metrics = jax.tree.map(lambda x: x[0], aux.metrics)
         return state, LossAux(priorities=priorities, metrics=metrics)

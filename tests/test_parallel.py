@@ -1,0 +1,76 @@
+"""Data-parallel learning: two forced host devices, and two jax.distributed processes.
+
+XLA flags and jax.distributed must be set before JAX starts, so both run in subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_worker(module: str, *args: str, env: dict[str, str] | None = None, timeout: int = 300):
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def results(process: subprocess.Popen, timeout: int = 300) -> list[dict]:
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err[-3000:]
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_two_devices_give_the_single_device_update():
+    worker = run_worker(
+        "tests.workers.data_parallel",
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+    )
+    rows = results(worker)
+    assert [r["name"] for r in rows] == ["prioritized_ddqn", "rainbow", "qr_dqn", "r2d2"]
+    for row in rows:
+        # float tolerance: the two halves' gradients are summed in another order
+        assert row["params"] <= 1e-6 * max(1.0, row["scale"]), row
+        assert row["target"] <= 1e-6 * max(1.0, row["scale"]), row
+        np.testing.assert_allclose(row["loss"][0], row["loss"][1], rtol=1e-5)
+        assert row["updates"] == 3
+        if row["priorities"] is not None:
+            assert row["priorities"] <= 1e-5, row
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_with_jax_distributed():
+    port = str(free_port())
+    single = run_worker("tests.workers.distributed", port, "single")
+    workers = [run_worker("tests.workers.distributed", port, str(i)) for i in range(2)]
+    try:
+        rows = [results(w)[0] for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    reference = results(single)[0]["checksum"]
+    for row in rows:
+        assert row["updates"] == 3 and row["priorities"] == 4  # half of the batch of 8
+        np.testing.assert_allclose(row["checksum"], reference, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(rows[0]["checksum"], rows[1]["checksum"])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__]))

@@ -1,0 +1,241 @@
+"""The two environment backends behind :class:`~zoo.envs.VectorEnv`: envpool and gymnasium.
+
+Both return a :class:`~zoo.envs.core.RawStep` in env-id order with "next step" autoreset (the step
+after ``terminated`` or ``truncated`` ignores its action and returns the new episode's first
+observation with reward 0 and both flags false). envpool and gymnasium are imported when a backend
+is built, not when :mod:`zoo.envs` is imported.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from zoo.envs.core import RawStep, UnsupportedEnvironmentError, XlaUnavailableError
+
+__all__ = ["EnvpoolBackend", "GymnasiumBackend"]
+
+
+def _envpool_raw_step(
+    xp: Any, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any, episodic_life: bool
+) -> RawStep:
+    """envpool's outputs as a :class:`RawStep`, reordered by ``info["env_id"]``."""
+    terminated = terminated.astype(bool)
+    truncated = truncated.astype(bool)
+    if episodic_life:  # `terminated` includes lost lives; the real game end is info["terminated"]
+        game_over = info["terminated"].astype(bool) | truncated
+    else:
+        game_over = terminated | truncated
+    raw = RawStep(obs, reward, terminated, truncated, info["elapsed_step"] == 0, game_over)
+    env_id = info["env_id"]
+    if xp is np:
+        if np.array_equal(env_id, np.arange(len(env_id))):
+            return raw
+        order = np.argsort(env_id)
+        return RawStep(*(x[order] for x in raw))
+    return RawStep(*(xp.zeros_like(x).at[env_id].set(x) for x in raw))
+
+
+class EnvpoolBackend:
+    """envpool's synchronous gymnasium-style pool (``batch_size == num_envs``)."""
+
+    name = "envpool"
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        num_envs: int,
+        seed: int,
+        kwargs: Mapping[str, Any],
+        episodic_life: bool,
+    ) -> None:
+        import envpool
+
+        # envpool builds float64 Box bounds, which gymnasium notes as a precision warning.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
+            self._pool = envpool.make(
+                env_id,
+                env_type="gymnasium",
+                num_envs=num_envs,
+                batch_size=num_envs,
+                seed=seed,
+                **kwargs,
+            )
+            _check_discrete(self._pool.action_space, env_id, self._pool.close)
+            space = self._pool.observation_space
+        self._episodic_life = episodic_life
+        self._xla: tuple[Any, Callable, Callable, Callable] | None = None
+        self.max_episode_steps: int | None = int(self._pool.spec.config.max_episode_steps)
+        self.observation_shape = tuple(space.shape)
+        self.observation_dtype = np.dtype(space.dtype)
+        self.num_actions = int(self._pool.action_space.n)
+
+    def reset(self) -> RawStep:
+        obs, info = self._pool.reset()
+        n = len(info["env_id"])
+        zeros = np.zeros(n, bool)
+        return _envpool_raw_step(
+            np, obs, np.zeros(n, np.float32), zeros, zeros, info, self._episodic_life
+        )
+
+    def step(self, actions: np.ndarray) -> RawStep:
+        obs, reward, terminated, truncated, info = self._pool.step(actions)
+        return _envpool_raw_step(np, obs, reward, terminated, truncated, info, self._episodic_life)
+
+    def xla(self) -> tuple[Any, Callable, Callable, Callable]:
+        if self._xla is None:
+            try:
+                self._xla = self._pool.xla()
+            except Exception as error:  # any failure of envpool's XLA bridge means "unavailable"
+                raise XlaUnavailableError(
+                    f"envpool's XLA interface failed ({type(error).__name__}: {error}) with jax "
+                    f"{_jax_version()}; use the host loop (VectorEnv.step)"
+                ) from error
+        return self._xla
+
+    def xla_raw_step(self, output: Any) -> RawStep:
+        import jax.numpy as jnp
+
+        obs, reward, terminated, truncated, info = output
+        return _envpool_raw_step(jnp, obs, reward, terminated, truncated, info, self._episodic_life)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _check_discrete(action_space: Any, env_id: str, close: Callable[[], Any]) -> None:
+    from gymnasium import spaces
+
+    if not isinstance(action_space, spaces.Discrete):
+        close()
+        raise UnsupportedEnvironmentError(
+            f"{env_id!r} has the action space {action_space}; zoo's agents need discrete actions"
+        )
+
+
+def _jax_version() -> str:
+    try:
+        import jax
+    except ImportError:
+        return "(not installed)"
+    return jax.__version__
+
+
+def _observation_transform(
+    space: Any, *, channels_last_to_first: bool
+) -> tuple[Callable[[np.ndarray], np.ndarray], tuple[int, ...], np.dtype]:
+    """How the adapter turns gymnasium's batched observations into zoo's, and the result's spec."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):  # e.g. FrozenLake, Taxi: one-hot float32
+        n, start = int(space.n), int(space.start)
+        eye = np.eye(n, dtype=np.float32)
+        return (lambda obs: eye[np.asarray(obs) - start]), (n,), np.dtype(np.float32)
+    if not isinstance(space, spaces.Box):
+        raise UnsupportedEnvironmentError(
+            f"observation space {space} is not a Box or Discrete space"
+        )
+    shape, dtype = tuple(space.shape), np.dtype(space.dtype)
+    if channels_last_to_first:  # MinAtar: [10, 10, C] bool -> [C, 10, 10] float32 of 0/1
+        # float32, not uint8: the networks read uint8 as pixels and divide it by 255.
+        return (
+            lambda obs: np.moveaxis(np.asarray(obs), -1, 1).astype(np.float32),
+            (shape[-1], *shape[:-1]),
+            np.dtype(np.float32),
+        )
+    return (lambda obs: np.asarray(obs, dtype)), shape, dtype
+
+
+class GymnasiumBackend:
+    """``gymnasium.make_vec`` (synchronous) with ``AutoresetMode.NEXT_STEP``: envpool's semantics.
+
+    ``first`` is tracked here (gymnasium has no ``elapsed_step``): the observation after
+    :meth:`reset` and after any ``terminated`` or ``truncated``. ``game_over`` is
+    ``terminated | truncated`` (no gymnasium suite has lives here).
+    """
+
+    name = "gymnasium"
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        num_envs: int,
+        seed: int,
+        kwargs: Mapping[str, Any],
+        channels_last_to_first: bool = False,
+    ) -> None:
+        import gymnasium
+        from gymnasium.vector import AutoresetMode
+
+        self._envs = gymnasium.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+            **kwargs,
+        )
+        action_space = self._envs.single_action_space
+        _check_discrete(action_space, env_id, self._envs.close)
+        self._action_start = int(action_space.start)
+        self.num_actions = int(action_space.n)
+        try:
+            transform = _observation_transform(
+                self._envs.single_observation_space, channels_last_to_first=channels_last_to_first
+            )
+        except UnsupportedEnvironmentError:
+            self._envs.close()
+            raise
+        self._transform, self.observation_shape, self.observation_dtype = transform
+        self.max_episode_steps: int | None = kwargs.get(
+            "max_episode_steps", gymnasium.spec(env_id).max_episode_steps
+        )
+        self._num_envs = num_envs
+        self._seed: int | None = seed  # used by the first reset only
+        self._done = np.zeros(num_envs, bool)
+
+    def reset(self) -> RawStep:
+        obs, _ = self._envs.reset(seed=self._seed)
+        self._seed = None
+        self._done = np.zeros(self._num_envs, bool)
+        flags = np.zeros(self._num_envs, bool)
+        return RawStep(
+            self._transform(obs),
+            np.zeros(self._num_envs, np.float32),
+            flags,
+            flags,
+            np.ones(self._num_envs, bool),
+            flags,
+        )
+
+    def step(self, actions: np.ndarray) -> RawStep:
+        obs, reward, terminated, truncated, _ = self._envs.step(actions + self._action_start)
+        terminated = np.asarray(terminated, bool)
+        truncated = np.asarray(truncated, bool)
+        first = self._done
+        self._done = terminated | truncated
+        return RawStep(
+            self._transform(obs),
+            np.asarray(reward, np.float32),
+            terminated,
+            truncated,
+            first,
+            self._done,
+        )
+
+    def xla(self) -> tuple[Any, Callable, Callable, Callable]:
+        raise XlaUnavailableError(
+            "the gymnasium adapter has no XLA interface (only envpool environments do); "
+            "use the host loop (VectorEnv.step)"
+        )
+
+    def xla_raw_step(self, output: Any) -> RawStep:
+        raise XlaUnavailableError("the gymnasium adapter has no XLA interface")
+
+    def close(self) -> None:
+        self._envs.close()

@@ -1,0 +1,144 @@
+"""Evaluation: whole games under a protocol's evaluation settings, ε-greedy around a policy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from zoo.envs.core import EpisodeTracker
+from zoo.envs.factory import BackendName, make
+from zoo.envs.protocols import Protocol
+
+__all__ = ["Policy", "evaluate"]
+
+#: A greedy policy: observations ``[N, *observation_shape]`` -> integer actions ``[N]``.
+Policy = Callable[[np.ndarray], Any]
+
+
+def evaluate(
+    policy: Policy,
+    env_id: str,
+    protocol: str | Protocol | None = None,
+    *,
+    episodes: int,
+    seed: int,
+    max_steps: int | None = None,
+    num_envs: int = 1,
+    epsilon: float | None = None,
+    backend: BackendName = "auto",
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Play exactly ``episodes`` whole games with an ε-greedy ``policy`` and summarise them.
+
+    The environments use the protocol's *evaluation* settings (``training=False``): whole games
+    (no episodic life), unclipped rewards, the protocol's no-op starts, sticky actions and frame
+    cap. The evaluator adds ε-greedy exploration around ``policy`` with ``protocol.eval_epsilon``
+    unless ``epsilon`` is given.
+
+    Which games count, with ``N = num_envs``: environment ``i`` is assigned
+    ``episodes // N + (i < episodes % N)`` games fixed in advance, and only its first games up to
+    that quota count; games an environment finishes past its quota are discarded. Fixing the
+    quotas before playing keeps the sample unbiased (taking the first games to finish across all
+    environments would favour short games) and the result deterministic for a seed.
+
+    Args:
+      policy: observations ``[N, ...]`` -> integer actions ``[N]`` (greedy; ε is added here).
+      env_id: any id :func:`zoo.envs.make` accepts.
+      protocol: protocol name or object (default as in :func:`zoo.envs.make`).
+      episodes: number of games to count.
+      seed: seeds the environments and the ε-greedy draws.
+      max_steps: budget in agent steps summed over the environments (``N`` per vector step);
+        when it runs out before ``episodes`` games finish, the result has ``truncated=True`` and
+        summarises the games that did finish.
+      num_envs: environments played in parallel.
+      epsilon: overrides ``protocol.eval_epsilon``.
+      backend: as in :func:`zoo.envs.make`.
+      env_kwargs: as in :func:`zoo.envs.make`.
+
+    Returns:
+      A dict with ``mean_return``, ``std_return``, ``min_return``, ``max_return`` (unclipped game
+      returns; ``nan`` when no game finished), ``mean_length``, ``min_length``, ``max_length``
+      (agent steps), ``episodes`` (games counted), ``returns`` and ``lengths`` (per game, in the
+      order they finished), ``truncated``, ``agent_steps``, ``frames`` (agent steps × frame skip),
+      ``epsilon``, ``protocol``, ``env_id`` and ``seed``.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be positive, got {episodes}")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps must be positive or None, got {max_steps}")
+    env = make(
+        env_id,
+        protocol=protocol,
+        num_envs=num_envs,
+        seed=seed,
+        training=False,
+        backend=backend,
+        env_kwargs=env_kwargs,
+    )
+    resolved = env.protocol
+    eps = resolved.eval_epsilon if epsilon is None else float(epsilon)
+    if not 0.0 <= eps <= 1.0:
+        raise ValueError(f"epsilon must lie in [0, 1], got {eps}")
+    quota = np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+    counted = np.zeros(num_envs, np.int64)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+    tracker = EpisodeTracker(num_envs)
+    returns: list[float] = []
+    lengths: list[int] = []
+    agent_steps = 0
+    truncated = False
+    with env:
+        timestep = env.reset()
+        while np.any(counted < quota):
+            if max_steps is not None and agent_steps + num_envs > max_steps:
+                truncated = True
+                break
+            greedy = np.asarray(policy(timestep.observation))
+            if greedy.shape != (num_envs,):
+                raise ValueError(
+                    f"policy must return {num_envs} actions (shape ({num_envs},)), "
+                    f"got shape {greedy.shape}"
+                )
+            explore = rng.random(num_envs) < eps
+            random_actions = rng.integers(0, env.num_actions, num_envs)
+            actions = np.where(explore, random_actions, greedy).astype(np.int32)
+            timestep = env.step(actions)
+            agent_steps += num_envs
+            for episode in tracker.update(timestep):
+                if counted[episode.env_index] < quota[episode.env_index]:
+                    counted[episode.env_index] += 1
+                    returns.append(episode.episode_return)
+                    lengths.append(episode.length)
+    return {
+        **_summary(returns, lengths),
+        "episodes": len(returns),
+        "returns": returns,
+        "lengths": lengths,
+        "truncated": truncated,
+        "agent_steps": agent_steps,
+        "frames": agent_steps * env.frame_skip,
+        "epsilon": eps,
+        "protocol": resolved.name,
+        "env_id": env.env_id,
+        "seed": seed,
+    }
+
+
+def _summary(returns: list[float], lengths: list[int]) -> dict[str, float]:
+    if not returns:
+        keys = ("mean_return", "std_return", "min_return", "max_return")
+        return dict.fromkeys((*keys, "mean_length", "min_length", "max_length"), math.nan)
+    r = np.asarray(returns, np.float64)
+    n = np.asarray(lengths, np.float64)
+    return {
+        "mean_return": float(r.mean()),
+        "std_return": float(r.std()),
+        "min_return": float(r.min()),
+        "max_return": float(r.max()),
+        "mean_length": float(n.mean()),
+        "min_length": float(n.min()),
+        "max_length": float(n.max()),
+    }
