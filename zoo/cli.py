@@ -139,7 +139,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if final is not None:
         print(
             f"finished {result.env_steps:,} env steps, {result.updates:,} updates; "
-            f"evaluation return {final['mean']:.1f} ± {final['std']:.1f} over "
+            f"evaluation return {final['mean_return']:.1f} ± {final['std_return']:.1f} over "
             f"{final['episodes']} games (best {result.best_return:.1f})"
         )
     print(f"results: {result.run_dir} (metrics.jsonl, eval.jsonl, tb/, checkpoints/)")
@@ -157,8 +157,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(f"zoo eval: {e}", file=sys.stderr)
         return 1
     print(
-        f"{result['run_dir']}: return {result['mean']:.2f} ± {result['std']:.2f} "
-        f"(min {result['min']:.1f}, max {result['max']:.1f}) over {result['episodes']} games "
+        f"{result['run_dir']}: return {result['mean_return']:.2f} ± {result['std_return']:.2f} "
+        f"(min {result['min_return']:.1f}, max {result['max_return']:.1f}) over "
+        f"{result['episodes']} games "
         f"under protocol {result['protocol']}"
     )
     return 0

@@ -1,20 +1,22 @@
 """The training loop: act → env step → insert → learn, with evaluation, logging and checkpoints.
 
-One loop serves every algorithm. Per vector step of N environments it
+One loop body serves every algorithm and both execution paths. Per vector step of N environments:
 
-1. acts ε-greedily (ε from ``schedule.epsilon`` over transitions; noisy networks carry ε = 0 in
-   their specs and act greedily on a fresh noise sample; recurrent networks reset their core state
-   at each game's first observation),
-2. steps the environments (envpool's next-step auto-reset; see :mod:`zoo.envs`),
-3. inserts the step into the replay (which builds n-step windows, frame stacks and sequences at
-   sample time, and never lets a pseudo-step start a transition),
-4. once ``replay.min_size`` transitions are in, credits N transitions and runs one learner update
-   per ``schedule.update_period`` credited transitions (fractional credit carries over), writing
-   priorities back for prioritised replay.
+1. **insert** the pending step (the observation acted on, its action and recurrent state) with
+   the environment's answer (reward, terminated, truncated) into the replay, which builds n-step
+   windows, frame stacks and sequences at sample time and never lets a pseudo-step start a
+   transition;
+2. **learn**: once ``replay.min_size`` transitions are in, credit N transitions and run one
+   learner update per ``schedule.update_period`` credited transitions (fractional credit carries
+   over), writing priorities back for prioritised replay;
+3. **act** ε-greedily on the new observation (ε from ``schedule.epsilon`` over transitions; noisy
+   networks carry ε = 0 in their specs and act greedily on a fresh noise sample; recurrent
+   networks reset their core state at each game's first observation) and keep it pending.
 
-The *host path* runs the environments through envpool's Python API and calls jitted functions for
-acting, inserting and learning; the replay state stays on the device and is donated to each
-insert so the buffer is never copied.
+:meth:`Loop.step` is that body as one jitted call (the *host path*: environments step through
+envpool's Python API between calls). :meth:`Loop.chunk` runs the same body for T vector steps
+inside ``lax.scan`` with envpool's XLA ``step`` (the *compiled path*). Both read and write the
+same :class:`LoopCarry`, so they produce the same transitions and parameters from the same seed.
 """
 
 from __future__ import annotations
@@ -32,27 +34,54 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo.checkpoint import Checkpointer
-from zoo.envs import EpisodeTracker, VectorEnv
+from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
 from zoo.learner import Learner, LearnerState
 from zoo.metrics import MetricsLogger, Progress
 from zoo.replay import StepBatch
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 
-__all__ = ["Counters", "LoopConfig", "NonFiniteLossError", "Trainer", "make_act"]
+__all__ = ["Loop", "LoopCarry", "LoopConfig", "NonFiniteLossError", "Trainer", "make_act"]
+
+METRICS = ("loss", "td_loss", "regularizer", "abs_td", "q_sa", "importance_exponent")
 
 
 class NonFiniteLossError(FloatingPointError):
     """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
 
 
-class Counters(eqx.Module):
-    """Run counters, checkpointed with the state (int64 on the host side as Python ints)."""
+class Pending(eqx.Module):
+    """The step acted on but not yet answered by the environment."""
 
+    observation: jax.Array
+    action: jax.Array
+    first: jax.Array
+    valid: jax.Array
+    core_state: Any
+
+
+class LoopCarry(eqx.Module):
+    """Everything the loop body reads and writes (device arrays; the learner's static parts).
+
+    Attributes:
+      learner: the learner state (networks, optimizer state, update count, noise key).
+      replay: the replay state.
+      key: the actors' and sampler's PRNG key.
+      env_steps: transitions inserted so far (int32).
+      credit: transitions credited towards the next update (float32).
+      core: the actors' recurrent state ``[N, ...]`` (``None`` for feed-forward agents).
+      pending: the step acted on, waiting for the environment's answer.
+      metrics: the last update's metrics, ``[len(METRICS)]`` float32.
+    """
+
+    learner: LearnerState
+    replay: Any
+    key: jax.Array
     env_steps: jax.Array
-    updates: jax.Array
-    games: jax.Array
     credit: jax.Array
+    core: Any
+    pending: Pending
+    metrics: jax.Array
 
 
 @dataclass
@@ -74,7 +103,7 @@ def make_act(num_actions: int, recurrent: bool, initial_state: Any) -> Callable[
     """The acting function: ``act(online, obs, state, first, key, epsilon)``.
 
     Returns ``(actions [N] int32, state_before [N, ...], state_after [N, ...])``: the recurrent
-    core state the actor used at this observation (reset to the initial state where ``first``),
+    core state the actor used at this observation (reset to ``initial_state`` where ``first``),
     and the one it carries on; feed-forward networks pass ``state`` through.
     """
 
@@ -99,202 +128,284 @@ def make_act(num_actions: int, recurrent: bool, initial_state: Any) -> Callable[
     return act
 
 
+class Loop:
+    """The loop body of one run, compiled for the host path and the compiled path.
+
+    Args:
+      spec: the algorithm.
+      env: the training environments (only their shapes and, for :meth:`chunk`, XLA interface).
+      learner: the learner.
+      replay: the replay (built for ``env.num_envs`` environments).
+      initial_core_state: one env's initial recurrent state (recurrent specs).
+    """
+
+    def __init__(
+        self,
+        spec: AlgorithmSpec,
+        env: VectorEnv,
+        learner: Learner,
+        replay: Any,
+        initial_core_state: Any = None,
+    ):
+        self.spec = spec
+        self.env = env
+        self.learner = learner
+        self.replay = replay
+        self.num_envs = env.num_envs
+        n = self.num_envs
+        self.recurrent = spec.recurrent
+        self.batched_initial = None
+        if self.recurrent:
+            self.batched_initial = jax.tree.map(
+                lambda x: jnp.broadcast_to(x, (n, *x.shape)), initial_core_state
+            )
+        self._act = make_act(env.num_actions, self.recurrent, self.batched_initial)
+        self._epsilon = build_schedule(spec.schedule.epsilon)
+        self._update_period = float(spec.schedule.update_period)
+        self._min_size = int(spec.replay.min_size)
+        self._batch_size = int(spec.replay.batch_size)
+        self._prioritized = spec.replay.kind == "prioritized"
+        self.step = eqx.filter_jit(self._step, donate="all-except-first")
+        self.first_act = eqx.filter_jit(self._first_act)
+        self.chunk = eqx.filter_jit(self._chunk, donate="all-except-first")
+
+    # ----------------------------------------------------------------------------- pieces
+
+    def init(self, learner_state: LearnerState, key: jax.Array) -> LoopCarry:
+        """The carry at step 0 (nothing pending yet: call :meth:`first_act` after a reset)."""
+        n = self.num_envs
+        obs = jnp.zeros((n, *self.env.observation_shape), self.env.observation_dtype)
+        flags = jnp.zeros((n,), bool)
+        return LoopCarry(
+            learner=learner_state,
+            replay=self.replay.init(),
+            key=key,
+            env_steps=jnp.zeros((), jnp.int32),
+            credit=jnp.zeros((), jnp.float32),
+            core=self.batched_initial,
+            pending=Pending(obs, jnp.zeros((n,), jnp.int32), flags, flags, self.batched_initial),
+            metrics=jnp.full((len(METRICS),), jnp.nan, jnp.float32),
+        )
+
+    def _act_on(self, carry: LoopCarry, observation, first, valid) -> tuple[LoopCarry, jax.Array]:
+        key, act_key = jax.random.split(carry.key)
+        epsilon = self._epsilon(carry.env_steps)
+        actions, before, after = self._act(
+            carry.learner.online, observation, carry.core, first, act_key, epsilon
+        )
+        pending = Pending(observation, actions, first, valid, before)
+        return eqx.tree_at(
+            lambda c: (c.key, c.core, c.pending),
+            carry,
+            (key, after, pending),
+            is_leaf=lambda x: x is None,
+        ), actions
+
+    def _learn_once(self, learner_state: LearnerState, replay_state: Any, key: jax.Array):
+        batch, info = self.replay.sample(replay_state, key, self._batch_size)
+        learner_state, aux = self.learner.update(learner_state, batch)
+        if self._prioritized:
+            replay_state = self.replay.update_priorities(replay_state, info.indices, aux.priorities)
+        metrics = jnp.stack([jnp.asarray(aux.metrics[m], jnp.float32) for m in METRICS])
+        return learner_state, replay_state, metrics
+
+    def _insert_and_learn(self, carry: LoopCarry, reward, terminated, truncated) -> LoopCarry:
+        p = carry.pending
+        step = StepBatch(
+            observation=p.observation,
+            action=p.action,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            first=p.first,
+            valid=p.valid,
+            core_state=p.core_state,
+        )
+        replay_state = self.replay.add(carry.replay, step)
+        env_steps = carry.env_steps + self.num_envs
+        learning = env_steps >= self._min_size
+        credit = jnp.where(learning, carry.credit + self.num_envs, carry.credit)
+        key, learn_key = jax.random.split(carry.key)
+
+        def cond(state):
+            return state[3] >= self._update_period
+
+        def body(state):
+            learner_state, replay_state, _, credit, k = state
+            k, sub = jax.random.split(k)
+            learner_state, replay_state, metrics = self._learn_once(
+                learner_state, replay_state, sub
+            )
+            return learner_state, replay_state, metrics, credit - self._update_period, k
+
+        learner_state, replay_state, metrics, credit, _ = jax.lax.while_loop(
+            cond, body, (carry.learner, replay_state, carry.metrics, credit, learn_key)
+        )
+        return LoopCarry(
+            learner=learner_state,
+            replay=replay_state,
+            key=key,
+            env_steps=env_steps,
+            credit=credit,
+            core=carry.core,
+            pending=carry.pending,
+            metrics=metrics,
+        )
+
+    # -------------------------------------------------------------------------- host path
+
+    def _first_act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
+        return self._act_on(carry, ts.observation, ts.first, ts.valid)
+
+    def _step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
+        """Insert the pending step with the env's answer ``ts``, learn, act on ``ts``."""
+        carry = self._insert_and_learn(carry, ts.reward, ts.terminated, ts.truncated)
+        return self._act_on(carry, ts.observation, ts.first, ts.valid)
+
+    # ---------------------------------------------------------------------- compiled path
+
+    def _chunk(self, carry: LoopCarry, handle: jax.Array, prev_done: jax.Array, length: int):
+        """``length`` vector steps inside ``lax.scan`` with envpool's XLA step.
+
+        Args:
+          carry: the loop carry, with the step acted on pending (after :meth:`first_act`).
+          handle: envpool's XLA handle (after a host ``reset()``).
+          prev_done: ``[N]`` terminated | truncated of the last step (False after a reset).
+          length: vector steps (static).
+
+        Returns:
+          ``(carry, handle, prev_done, (raw_reward, game_over, valid))`` with the per-step
+          arrays ``[T, N]`` for episode statistics on the host.
+        """
+        _, _, _, xla_step = self.env.xla()
+
+        def body(state, _):
+            carry, handle, prev_done = state
+            handle, output = xla_step(handle, carry.pending.action)
+            ts = self.env.xla_timestep(output, prev_done)
+            carry, _ = self._step(carry, ts)
+            done = jnp.logical_or(ts.terminated, ts.truncated)
+            return (carry, handle, done), (ts.raw_reward, ts.game_over, ts.valid)
+
+        (carry, handle, prev_done), outputs = jax.lax.scan(
+            body, (carry, handle, prev_done), None, length=length
+        )
+        return carry, handle, prev_done, outputs
+
+
 @dataclass
 class Trainer:
-    """Runs the host loop for one run; everything it needs is built by :mod:`zoo.run`."""
+    """Runs one run's host loop: logging, evaluation, checkpoints, signals."""
 
-    spec: AlgorithmSpec
-    env: VectorEnv
-    learner: Learner
-    replay: Any
+    loop: Loop
     config: LoopConfig
     logger: MetricsLogger
     checkpointer: Checkpointer
     evaluate: Callable[[Any, int], dict[str, Any]]
-    initial_core_state: Any = None
+    games: int = 0
     stopped_by_signal: bool = field(default=False, init=False)
 
-    def __post_init__(self) -> None:
-        spec = self.spec
-        self.recurrent = spec.recurrent
-        self.epsilon = build_schedule(spec.schedule.epsilon)
-        self.update_period = spec.schedule.update_period
-        self.min_size = spec.replay.min_size
-        self.batch_size = spec.replay.batch_size
-        batched_initial = None
-        if self.recurrent:
-            batched_initial = jax.tree.map(
-                lambda x: jnp.broadcast_to(x, (self.env.num_envs, *x.shape)),
-                self.initial_core_state,
-            )
-        self._batched_initial = batched_initial
-        self._act = eqx.filter_jit(make_act(self.env.num_actions, self.recurrent, batched_initial))
-        self._add = jax.jit(self.replay.add, donate_argnums=0)
-        prioritized = spec.replay.kind == "prioritized"
-        replay, learner = self.replay, self.learner
-
-        def learn(learner_state: LearnerState, replay_state: Any, key: jax.Array):
-            batch, info = replay.sample(replay_state, key, self.batch_size)
-            learner_state, aux = learner.update(learner_state, batch)
-            if prioritized:
-                replay_state = replay.update_priorities(replay_state, info.indices, aux.priorities)
-            return learner_state, replay_state, aux.metrics
-
-        self._learn = eqx.filter_jit(learn)
-
-    # ------------------------------------------------------------------------------ state
-
-    def initial_state(self, learner_state: LearnerState, key: jax.Array) -> dict[str, Any]:
-        """The checkpointable run state at step 0."""
-        zero = jnp.zeros((), jnp.int32)
-        return {
-            "learner": learner_state,
-            "replay": self.replay.init(),
-            "counters": Counters(zero, zero, zero, jnp.zeros((), jnp.float32)),
-            "key": key,
+    def state_of(self, carry: LoopCarry, games: int) -> dict[str, Any]:
+        """The checkpointable run state (the replay too unless the run opts out)."""
+        state = {
+            "learner": carry.learner,
+            "counters": {
+                "env_steps": carry.env_steps,
+                "credit": carry.credit,
+                "games": jnp.asarray(games, jnp.int32),
+            },
+            "key": carry.key,
         }
+        if self.config.save_replay:
+            state["replay"] = carry.replay
+        return state
 
-    def checkpoint(self, state: dict[str, Any]) -> None:
-        """Save the run state (the replay too unless the run opts out)."""
-        saved = dict(state)
-        if not self.config.save_replay:
-            saved.pop("replay")
-        counters = state["counters"]
+    def checkpoint(self, carry: LoopCarry, games: int) -> None:
+        env_steps = int(carry.env_steps)
         self.checkpointer.save(
-            int(counters.env_steps),
-            saved,
+            env_steps,
+            self.state_of(carry, games),
             {
-                "env_steps": int(counters.env_steps),
-                "updates": int(counters.updates),
-                "games": int(counters.games),
+                "env_steps": env_steps,
+                "updates": int(carry.learner.updates),
+                "games": games,
                 "replay_saved": self.config.save_replay,
             },
         )
 
-    # ------------------------------------------------------------------------------- loop
-
-    def run(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Train until ``total_env_steps``; returns the final state (checkpointed)."""
-        cfg = self.config
-        env = self.env
-        n = env.num_envs
-        env_steps = int(state["counters"].env_steps)
-        updates = int(state["counters"].updates)
-        games = int(state["counters"].games)
-        credit = float(state["counters"].credit)
-        key = state["key"]
-        learner_state, replay_state = state["learner"], state["replay"]
-        core_state = self._batched_initial
-        tracker = EpisodeTracker(n)
-        progress = Progress(cfg.total_env_steps, force=False)
+    def run(self, carry: LoopCarry) -> LoopCarry:
+        """Train until ``total_env_steps`` (or a signal, or ``stop_at_return``)."""
+        cfg, loop, env = self.config, self.loop, self.loop.env
+        env_steps = int(carry.env_steps)
+        updates = int(carry.learner.updates)
+        games = self.games
+        tracker = EpisodeTracker(env.num_envs)
+        progress = Progress(cfg.total_env_steps)
         progress.enabled = progress.enabled and cfg.progress
         next_log = (env_steps // cfg.log_every + 1) * cfg.log_every
         next_eval = (env_steps // cfg.eval_every + 1) * cfg.eval_every
         next_ckpt = (env_steps // cfg.checkpoint_every + 1) * cfg.checkpoint_every
         window: dict[str, list[float]] = {}
         start, start_steps, start_updates = time.perf_counter(), env_steps, updates
+        last_updates = updates
 
-        interrupted = []
+        interrupted: list[bool] = []
         previous = signal.getsignal(signal.SIGINT)
-
-        def on_sigint(signum, frame):
-            interrupted.append(True)
-
-        signal.signal(signal.SIGINT, on_sigint)
-
-        def pack() -> dict[str, Any]:
-            return {
-                "learner": learner_state,
-                "replay": replay_state,
-                "counters": Counters(
-                    jnp.asarray(env_steps),
-                    jnp.asarray(updates),
-                    jnp.asarray(games),
-                    jnp.asarray(credit, jnp.float32),
-                ),
-                "key": key,
-            }
+        signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(True))
 
         ts = env.reset()
+        carry, actions = loop.first_act(carry, ts)
         try:
             while env_steps < cfg.total_env_steps:
-                key, act_key, learn_key = jax.random.split(key, 3)
-                epsilon = self.epsilon(env_steps)
-                actions, state_before, core_state = self._act(
-                    learner_state.online, ts.observation, core_state, ts.first, act_key, epsilon
-                )
-                actions_np = np.asarray(actions)
-                next_ts = env.step(actions_np)
-                replay_state = self._add(
-                    replay_state,
-                    StepBatch(
-                        observation=ts.observation,
-                        action=actions_np,
-                        reward=next_ts.reward,
-                        terminated=next_ts.terminated,
-                        truncated=next_ts.truncated,
-                        first=ts.first,
-                        valid=ts.valid,
-                        core_state=state_before,
-                    ),
-                )
-                env_steps += n
-                finished = tracker.update(next_ts)
+                ts = env.step(np.asarray(actions))
+                carry, actions = loop.step(carry, ts)
+                env_steps += env.num_envs
+                finished = tracker.update(ts)
                 if finished:
                     games += len(finished)
                     returns = [e.episode_return for e in finished]
                     progress.add_returns(returns)
                     window.setdefault("return", []).extend(returns)
                     window.setdefault("length", []).extend(float(e.length) for e in finished)
-                ts = next_ts
-
-                if env_steps >= self.min_size:
-                    credit += n
-                    while credit >= self.update_period:
-                        credit -= self.update_period
-                        learn_key, k = jax.random.split(learn_key)
-                        learner_state, replay_state, metrics = self._learn(
-                            learner_state, replay_state, k
-                        )
-                        updates += 1
-                        loss = float(metrics["loss"])
-                        if not math.isfinite(loss):
+                if env_steps >= loop._min_size:
+                    updates = int(carry.learner.updates)
+                    if updates != last_updates:
+                        last_updates = updates
+                        metrics = np.asarray(carry.metrics)
+                        if not math.isfinite(float(metrics[0])):
                             raise NonFiniteLossError(
-                                f"the loss became {loss} at learner update {updates} "
+                                f"the loss became {float(metrics[0])} at learner update {updates} "
                                 f"(env step {env_steps}); the run stopped and kept its last good "
                                 "checkpoint"
                             )
-                        for name, value in metrics.items():
+                        for name, value in zip(METRICS, metrics, strict=True):
                             window.setdefault(name, []).append(float(value))
-
                 progress.update(env_steps, updates)
-                if env_steps >= next_log or env_steps >= cfg.total_env_steps:
+                done = env_steps >= cfg.total_env_steps
+                if env_steps >= next_log or done:
                     next_log += cfg.log_every
                     elapsed = time.perf_counter() - start
                     record: dict[str, Any] = {
                         "env_steps": env_steps,
                         "updates": updates,
                         "games": games,
-                        "epsilon": float(epsilon),
+                        "epsilon": float(loop._epsilon(env_steps)),
                         "env_steps_per_s": (env_steps - start_steps) / max(elapsed, 1e-9),
                         "updates_per_s": (updates - start_updates) / max(elapsed, 1e-9),
                     }
-                    for name, values in window.items():
-                        if values:
-                            record[name] = float(np.mean(values))
+                    record.update({k: float(np.mean(v)) for k, v in window.items() if v})
                     window.clear()
                     self.logger.log(record)
                 stop = False
-                if env_steps >= next_eval or env_steps >= cfg.total_env_steps:
+                if env_steps >= next_eval or done:
                     next_eval += cfg.eval_every
-                    result = self.evaluate(learner_state.online, env_steps)
-                    if cfg.stop_at_return is not None and result["mean"] >= cfg.stop_at_return:
-                        stop = True
-                if env_steps >= next_ckpt or env_steps >= cfg.total_env_steps or stop:
+                    result = self.evaluate(carry.learner.online, env_steps)
+                    target = cfg.stop_at_return
+                    stop = target is not None and result["mean_return"] >= target
+                if env_steps >= next_ckpt or done or stop or interrupted:
                     next_ckpt += cfg.checkpoint_every
-                    self.checkpoint(pack())
+                    self.checkpoint(carry, games)
                 if interrupted:
-                    self.checkpoint(pack())
                     self.stopped_by_signal = True
                     break
                 if stop:
@@ -302,4 +413,5 @@ class Trainer:
         finally:
             signal.signal(signal.SIGINT, previous)
             progress.update(env_steps, updates, final=True)
-        return pack()
+        self.games = games
+        return carry

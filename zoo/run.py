@@ -81,7 +81,7 @@ class RunResult:
 
     @property
     def best_return(self) -> float | None:
-        return max((e["mean"] for e in self.evaluations), default=None)
+        return max((e["mean_return"] for e in self.evaluations), default=None)
 
 
 def _provenance(settings: RunSettings, protocol: Any) -> dict[str, Any]:
@@ -372,7 +372,7 @@ def _run(
 ) -> RunResult:
     from zoo.checkpoint import Checkpointer, CheckpointError
     from zoo.envs import evaluate
-    from zoo.loop import LoopConfig, NonFiniteLossError, Trainer
+    from zoo.loop import Loop, LoopCarry, LoopConfig, NonFiniteLossError, Trainer
     from zoo.metrics import MetricsLogger, read_jsonl
 
     _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj)
@@ -409,38 +409,35 @@ def _run(
         progress=show_progress,
         stop_at_return=settings.stop_at_return,
     )
-    resume_from = None
-    trainer_args = dict(
-        spec=spec,
-        env=env_obj,
-        learner=learner,
-        replay=replay,
-        config=config,
-        checkpointer=checkpointer,
-        evaluate=evaluate_now,
-        initial_core_state=core,
-    )
-    probe = Trainer(logger=None, **trainer_args)  # type: ignore[arg-type]
-    state = probe.initial_state(learner_state, run_key)
+    loop = Loop(spec, env_obj, learner, replay, core)
+    carry = loop.init(learner_state, run_key)
+    resume_from, games = None, 0
     if resuming:
-        template = dict(state)
         step = checkpointer.latest_step()
         if step is None:
             raise RunError(f"cannot resume {run_path}: it has no complete checkpoint yet")
-        if not settings.save_replay:
-            template.pop("replay")
+        template = Trainer(loop, config, None, checkpointer, evaluate_now).state_of(carry, 0)  # type: ignore[arg-type]
         try:
             restored, meta = checkpointer.restore(template, step)
         except CheckpointError as e:
             raise RunError(f"cannot resume {run_path}: {e}") from None
-        if not settings.save_replay:  # the run opted out: start again from an empty replay
-            restored["replay"] = state["replay"]
-        state = restored
+        counters = restored["counters"]
+        carry = LoopCarry(
+            learner=restored["learner"],
+            replay=restored.get("replay", carry.replay),  # an opted-out replay starts empty
+            key=restored["key"],
+            env_steps=counters["env_steps"],
+            credit=counters["credit"],
+            core=carry.core,
+            pending=carry.pending,
+            metrics=carry.metrics,
+        )
+        games = int(counters["games"])
         resume_from = int(meta["env_steps"])
     logger = MetricsLogger(run_path, resume_from=resume_from)
-    trainer = Trainer(logger=logger, **trainer_args)
+    trainer = Trainer(loop, config, logger, checkpointer, evaluate_now, games=games)
     try:
-        trainer.run(state)
+        trainer.run(carry)
     except NonFiniteLossError as e:
         raise RunError(str(e)) from None
     except CheckpointError as e:

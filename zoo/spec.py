@@ -1064,7 +1064,11 @@ def preset_names(pattern: str = "*") -> list[str]:
     root = presets_dir()
     if not root.is_dir():
         return []
-    return sorted(p.stem for p in root.glob("*.yaml") if fnmatch.fnmatchcase(p.stem, pattern))
+    return sorted(
+        p.stem
+        for p in root.glob("*.yaml")
+        if not p.stem.startswith("_") and fnmatch.fnmatchcase(p.stem, pattern)
+    )
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -1184,11 +1188,43 @@ def load_preset(ref: str | os.PathLike[str]) -> Preset:
                 + (f"; did you mean {hint!r}?" if hint else "")
                 + " (`zoo list presets` shows them all)",
             )
-    raw = read_yaml(path)
-    raw.setdefault("name", path.stem)
+    raw = _preset_raw(path, ())
+    raw["name"] = path.stem
     preset = _validate(Preset, raw, str(path), path.stem)
     algorithm_for(preset, source=str(path))
     return preset
+
+
+def _preset_raw(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
+    """A preset file's mapping with its ``extends:`` chain (other presets) merged in.
+
+    A preset may extend another preset by name (looked up beside it, then among the shipped
+    ones); files whose names start with ``_`` are bases, not listed by ``zoo list presets``.
+    """
+    if path in stack:
+        chain = " -> ".join(p.stem for p in (*stack, path))
+        raise _problem(str(stack[0]), stack[0].stem, "extends", f"cyclic extends: {chain}")
+    raw = read_yaml(path)
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    candidates = [path.parent / f"{parent}.yaml", presets_dir() / f"{parent}.yaml"]
+    found = next((c for c in candidates if c.exists()), None)
+    if found is None:
+        hint = registry.suggest(str(parent), preset_names("*") + preset_bases())
+        raise _problem(
+            str(path),
+            path.stem,
+            "extends",
+            f"unknown preset {parent!r}" + (f"; did you mean {hint!r}?" if hint else ""),
+        )
+    return _merge(_preset_raw(found, (*stack, path)), raw)
+
+
+def preset_bases() -> list[str]:
+    """Shipped preset bases (``presets/_*.yaml``), which other presets extend."""
+    root = presets_dir()
+    return sorted(p.stem for p in root.glob("_*.yaml")) if root.is_dir() else []
 
 
 def algorithm_for(preset: Preset, source: str | None = None) -> AlgorithmSpec:
