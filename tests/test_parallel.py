@@ -22,7 +22,11 @@ def run_worker(module: str, *args: str, env: dict[str, str] | None = None, timeo
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
-        cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

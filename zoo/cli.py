@@ -123,6 +123,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             save_replay=not args.no_replay_checkpoint,
             stop_at_return=args.stop_at_return,
+            loop=args.loop,
             on_start=lambda path: print(f"run directory: {path}", file=sys.stderr),
         )
     except RunError as e:
@@ -230,6 +231,13 @@ def _parser() -> argparse.ArgumentParser:
         help="leave the replay out of checkpoints (a resumed run refills it)",
     )
     p.add_argument("--stop-at-return", type=float, help="stop once an evaluation reaches this")
+    p.add_argument(
+        "--loop",
+        choices=["auto", "host", "compiled"],
+        default="auto",
+        help="host: envpool's Python API between jitted steps; compiled: lax.scan chunks with "
+        "envpool's XLA step (same semantics, faster); auto (default): compiled where available",
+    )
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoint under its protocol")

@@ -71,7 +71,9 @@ class LoopCarry(eqx.Module):
       credit: transitions credited towards the next update (float32).
       core: the actors' recurrent state ``[N, ...]`` (``None`` for feed-forward agents).
       pending: the step acted on, waiting for the environment's answer.
-      metrics: the last update's metrics, ``[len(METRICS)]`` float32.
+      metric_sums: sums of the updates' metrics since the last log, ``[len(METRICS)]``.
+      metric_count: updates summed in ``metric_sums`` (int32).
+      last_loss: the latest update's loss (NaN before the first update).
     """
 
     learner: LearnerState
@@ -81,7 +83,25 @@ class LoopCarry(eqx.Module):
     credit: jax.Array
     core: Any
     pending: Pending
-    metrics: jax.Array
+    metric_sums: jax.Array
+    metric_count: jax.Array
+    last_loss: jax.Array
+
+    def metric_means(self) -> dict[str, float]:
+        """Means of the metrics since they were last reset (empty before any update)."""
+        count = int(self.metric_count)
+        if count == 0:
+            return {}
+        sums = np.asarray(self.metric_sums)
+        return {name: float(value) / count for name, value in zip(METRICS, sums, strict=True)}
+
+    def reset_metrics(self) -> LoopCarry:
+        """The carry with the metric sums cleared."""
+        return eqx.tree_at(
+            lambda c: (c.metric_sums, c.metric_count),
+            self,
+            (jnp.zeros_like(self.metric_sums), jnp.zeros_like(self.metric_count)),
+        )
 
 
 @dataclass
@@ -97,6 +117,7 @@ class LoopConfig:
     save_replay: bool = True
     progress: bool = True
     stop_at_return: float | None = None
+    loop: str = "host"
 
 
 def make_act(num_actions: int, recurrent: bool, initial_state: Any) -> Callable[..., Any]:
@@ -184,7 +205,9 @@ class Loop:
             credit=jnp.zeros((), jnp.float32),
             core=self.batched_initial,
             pending=Pending(obs, jnp.zeros((n,), jnp.int32), flags, flags, self.batched_initial),
-            metrics=jnp.full((len(METRICS),), jnp.nan, jnp.float32),
+            metric_sums=jnp.zeros((len(METRICS),), jnp.float32),
+            metric_count=jnp.zeros((), jnp.int32),
+            last_loss=jnp.full((), jnp.nan, jnp.float32),
         )
 
     def _act_on(self, carry: LoopCarry, observation, first, valid) -> tuple[LoopCarry, jax.Array]:
@@ -228,18 +251,29 @@ class Loop:
         key, learn_key = jax.random.split(carry.key)
 
         def cond(state):
-            return state[3] >= self._update_period
+            return state[2] >= self._update_period
 
         def body(state):
-            learner_state, replay_state, _, credit, k = state
+            learner_state, replay_state, credit, k, sums, count, _ = state
             k, sub = jax.random.split(k)
             learner_state, replay_state, metrics = self._learn_once(
                 learner_state, replay_state, sub
             )
-            return learner_state, replay_state, metrics, credit - self._update_period, k
+            credit = credit - self._update_period
+            return learner_state, replay_state, credit, k, sums + metrics, count + 1, metrics[0]
 
-        learner_state, replay_state, metrics, credit, _ = jax.lax.while_loop(
-            cond, body, (carry.learner, replay_state, carry.metrics, credit, learn_key)
+        learner_state, replay_state, credit, _, sums, count, last_loss = jax.lax.while_loop(
+            cond,
+            body,
+            (
+                carry.learner,
+                replay_state,
+                credit,
+                learn_key,
+                carry.metric_sums,
+                carry.metric_count,
+                carry.last_loss,
+            ),
         )
         return LoopCarry(
             learner=learner_state,
@@ -249,7 +283,9 @@ class Loop:
             credit=credit,
             core=carry.core,
             pending=carry.pending,
-            metrics=metrics,
+            metric_sums=sums,
+            metric_count=count,
+            last_loss=last_loss,
         )
 
     # -------------------------------------------------------------------------- host path
@@ -257,10 +293,15 @@ class Loop:
     def _first_act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
         return self._act_on(carry, ts.observation, ts.first, ts.valid)
 
-    def _step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
-        """Insert the pending step with the env's answer ``ts``, learn, act on ``ts``."""
+    def _step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
+        """Insert the pending step with the env's answer ``ts``, learn, act on ``ts``.
+
+        Returns the carry, the actions, and ``[updates, last_loss]`` for the host to watch.
+        """
         carry = self._insert_and_learn(carry, ts.reward, ts.terminated, ts.truncated)
-        return self._act_on(carry, ts.observation, ts.first, ts.valid)
+        carry, actions = self._act_on(carry, ts.observation, ts.first, ts.valid)
+        report = jnp.stack([carry.learner.updates.astype(jnp.float32), carry.last_loss])
+        return carry, actions, report
 
     # ---------------------------------------------------------------------- compiled path
 
@@ -274,8 +315,8 @@ class Loop:
           length: vector steps (static).
 
         Returns:
-          ``(carry, handle, prev_done, (raw_reward, game_over, valid))`` with the per-step
-          arrays ``[T, N]`` for episode statistics on the host.
+          ``(carry, handle, prev_done, steps)``: ``steps`` is the chunk's TimeSteps without
+          observations, fields ``[T, N]``, for episode statistics on the host.
         """
         _, _, _, xla_step = self.env.xla()
 
@@ -283,9 +324,9 @@ class Loop:
             carry, handle, prev_done = state
             handle, output = xla_step(handle, carry.pending.action)
             ts = self.env.xla_timestep(output, prev_done)
-            carry, _ = self._step(carry, ts)
+            carry, _, _ = self._step(carry, ts)
             done = jnp.logical_or(ts.terminated, ts.truncated)
-            return (carry, handle, done), (ts.raw_reward, ts.game_over, ts.valid)
+            return (carry, handle, done), ts._replace(observation=None)
 
         (carry, handle, prev_done), outputs = jax.lax.scan(
             body, (carry, handle, prev_done), None, length=length
@@ -336,82 +377,124 @@ class Trainer:
     def run(self, carry: LoopCarry) -> LoopCarry:
         """Train until ``total_env_steps`` (or a signal, or ``stop_at_return``)."""
         cfg, loop, env = self.config, self.loop, self.loop.env
-        env_steps = int(carry.env_steps)
-        updates = int(carry.learner.updates)
-        games = self.games
-        tracker = EpisodeTracker(env.num_envs)
-        progress = Progress(cfg.total_env_steps)
-        progress.enabled = progress.enabled and cfg.progress
-        next_log = (env_steps // cfg.log_every + 1) * cfg.log_every
-        next_eval = (env_steps // cfg.eval_every + 1) * cfg.eval_every
-        next_ckpt = (env_steps // cfg.checkpoint_every + 1) * cfg.checkpoint_every
-        window: dict[str, list[float]] = {}
-        start, start_steps, start_updates = time.perf_counter(), env_steps, updates
-        last_updates = updates
-
+        self._env_steps = int(carry.env_steps)
+        self._updates = int(carry.learner.updates)
+        self._tracker = EpisodeTracker(env.num_envs)
+        self._progress = Progress(cfg.total_env_steps)
+        self._progress.enabled = self._progress.enabled and cfg.progress
+        self._next = {
+            name: (self._env_steps // every + 1) * every
+            for name, every in (
+                ("log", cfg.log_every),
+                ("eval", cfg.eval_every),
+                ("ckpt", cfg.checkpoint_every),
+            )
+        }
+        self._window: dict[str, list[float]] = {}
+        self._start = (time.perf_counter(), self._env_steps, self._updates)
         interrupted: list[bool] = []
         previous = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(True))
-
+        carry = carry.reset_metrics()
         ts = env.reset()
         carry, actions = loop.first_act(carry, ts)
         try:
-            while env_steps < cfg.total_env_steps:
-                ts = env.step(np.asarray(actions))
-                carry, actions = loop.step(carry, ts)
-                env_steps += env.num_envs
-                finished = tracker.update(ts)
-                if finished:
-                    games += len(finished)
-                    returns = [e.episode_return for e in finished]
-                    progress.add_returns(returns)
-                    window.setdefault("return", []).extend(returns)
-                    window.setdefault("length", []).extend(float(e.length) for e in finished)
-                if env_steps >= loop._min_size:
-                    updates = int(carry.learner.updates)
-                    if updates != last_updates:
-                        last_updates = updates
-                        metrics = np.asarray(carry.metrics)
-                        if not math.isfinite(float(metrics[0])):
-                            raise NonFiniteLossError(
-                                f"the loss became {float(metrics[0])} at learner update {updates} "
-                                f"(env step {env_steps}); the run stopped and kept its last good "
-                                "checkpoint"
-                            )
-                        for name, value in zip(METRICS, metrics, strict=True):
-                            window.setdefault(name, []).append(float(value))
-                progress.update(env_steps, updates)
-                done = env_steps >= cfg.total_env_steps
-                if env_steps >= next_log or done:
-                    next_log += cfg.log_every
-                    elapsed = time.perf_counter() - start
-                    record: dict[str, Any] = {
-                        "env_steps": env_steps,
-                        "updates": updates,
-                        "games": games,
-                        "epsilon": float(loop._epsilon(env_steps)),
-                        "env_steps_per_s": (env_steps - start_steps) / max(elapsed, 1e-9),
-                        "updates_per_s": (updates - start_updates) / max(elapsed, 1e-9),
-                    }
-                    record.update({k: float(np.mean(v)) for k, v in window.items() if v})
-                    window.clear()
-                    self.logger.log(record)
-                stop = False
-                if env_steps >= next_eval or done:
-                    next_eval += cfg.eval_every
-                    result = self.evaluate(carry.learner.online, env_steps)
-                    target = cfg.stop_at_return
-                    stop = target is not None and result["mean_return"] >= target
-                if env_steps >= next_ckpt or done or stop or interrupted:
-                    next_ckpt += cfg.checkpoint_every
-                    self.checkpoint(carry, games)
-                if interrupted:
-                    self.stopped_by_signal = True
-                    break
-                if stop:
-                    break
+            if cfg.loop == "compiled":
+                carry = self._run_compiled(carry, interrupted)
+            else:
+                carry = self._run_host(carry, actions, interrupted)
         finally:
             signal.signal(signal.SIGINT, previous)
-            progress.update(env_steps, updates, final=True)
-        self.games = games
+            self._progress.update(self._env_steps, self._updates, final=True)
         return carry
+
+    def _run_host(self, carry: LoopCarry, actions: jax.Array, interrupted: list[bool]):
+        env, loop = self.loop.env, self.loop
+        while self._env_steps < self.config.total_env_steps:
+            ts = env.step(np.asarray(actions))
+            carry, actions, report = loop.step(carry, ts)
+            self._account([ts], report)
+            carry, stop = self._events(carry, interrupted)
+            if stop:
+                break
+        return carry
+
+    def _run_compiled(self, carry: LoopCarry, interrupted: list[bool]):
+        env, loop, cfg = self.loop.env, self.loop, self.config
+        handle = env.xla()[0]
+        prev_done = jnp.zeros((env.num_envs,), bool)
+        length = max(1, min(cfg.log_every, cfg.eval_every, cfg.checkpoint_every) // env.num_envs)
+        length = min(length, 1000)
+        while self._env_steps < cfg.total_env_steps:
+            remaining = (cfg.total_env_steps - self._env_steps + env.num_envs - 1) // env.num_envs
+            steps = min(length, remaining)
+            carry, handle, prev_done, chunk = loop.chunk(carry, handle, prev_done, steps)
+            rows = jax.tree.map(np.asarray, chunk)
+            timesteps = [jax.tree.map(lambda x, t=t: x[t], rows) for t in range(steps)]
+            report = np.asarray(
+                jnp.stack([carry.learner.updates.astype(jnp.float32), carry.last_loss])
+            )
+            self._account(timesteps, report)
+            carry, stop = self._events(carry, interrupted)
+            if stop:
+                break
+        return carry
+
+    def _account(self, timesteps: list[Any], report: Any) -> None:
+        """Episode statistics, counters and the non-finite check after some vector steps."""
+        n = self.loop.env.num_envs
+        for ts in timesteps:
+            self._env_steps += n
+            finished = self._tracker.update(ts)
+            if finished:
+                self.games += len(finished)
+                returns = [e.episode_return for e in finished]
+                self._progress.add_returns(returns)
+                self._window.setdefault("return", []).extend(returns)
+                self._window.setdefault("length", []).extend(float(e.length) for e in finished)
+        updates, loss = int(report[0]), float(report[1])
+        if updates != self._updates and not math.isfinite(loss):
+            raise NonFiniteLossError(
+                f"the loss became {loss} at learner update {updates} (env step "
+                f"{self._env_steps}); the run stopped and kept its last good checkpoint"
+            )
+        self._updates = updates
+        self._progress.update(self._env_steps, self._updates)
+
+    def _events(self, carry: LoopCarry, interrupted: list[bool]) -> tuple[LoopCarry, bool]:
+        """Log, evaluate and checkpoint when due; whether to stop."""
+        cfg, env_steps, nxt = self.config, self._env_steps, self._next
+        done = env_steps >= cfg.total_env_steps
+        if env_steps >= nxt["log"] or done:
+            while nxt["log"] <= env_steps:
+                nxt["log"] += cfg.log_every
+            t0, steps0, updates0 = self._start
+            elapsed = max(time.perf_counter() - t0, 1e-9)
+            record: dict[str, Any] = {
+                "env_steps": env_steps,
+                "updates": self._updates,
+                "games": self.games,
+                "epsilon": float(self.loop._epsilon(env_steps)),
+                "env_steps_per_s": (env_steps - steps0) / elapsed,
+                "updates_per_s": (self._updates - updates0) / elapsed,
+            }
+            record.update({k: float(np.mean(v)) for k, v in self._window.items() if v})
+            record.update(carry.metric_means())
+            self._window.clear()
+            carry = carry.reset_metrics()
+            self.logger.log(record)
+        stop = False
+        if env_steps >= nxt["eval"] or done:
+            while nxt["eval"] <= env_steps:
+                nxt["eval"] += cfg.eval_every
+            result = self.evaluate(carry.learner.online, env_steps)
+            target = cfg.stop_at_return
+            stop = target is not None and result["mean_return"] >= target
+        if env_steps >= nxt["ckpt"] or done or stop or interrupted:
+            while nxt["ckpt"] <= env_steps:
+                nxt["ckpt"] += cfg.checkpoint_every
+            self.checkpoint(carry, self.games)
+        if interrupted:
+            self.stopped_by_signal = True
+            stop = True
+        return carry, stop

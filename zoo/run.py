@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,6 +62,12 @@ class RunSettings(BaseModel):
     save_replay: bool = Field(True, description="checkpoint the replay contents and priorities")
     stop_at_return: float | None = Field(
         None, description="stop early once an evaluation's mean return reaches this"
+    )
+    loop: Literal["auto", "host", "compiled"] = Field(
+        "auto",
+        description="host: envpool's Python API between jitted steps; compiled: lax.scan chunks "
+        "with envpool's XLA step (same semantics; ~3x faster on CartPole); auto: compiled "
+        "where the environment has envpool's XLA interface",
     )
 
 
@@ -217,6 +223,7 @@ def train(
     log_every: int | None = None,
     save_replay: bool = True,
     stop_at_return: float | None = None,
+    loop: str = "auto",
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
 ) -> RunResult:
@@ -237,6 +244,8 @@ def train(
       checkpoint_every, log_every: in transitions.
       save_replay: include the replay in checkpoints.
       stop_at_return: stop once an evaluation's mean return reaches this.
+      loop: ``"auto"`` (compiled where envpool's XLA interface exists), ``"host"`` or
+        ``"compiled"`` (see :mod:`zoo.loop`).
       progress: show the progress line on a terminal.
       on_start: called with the run directory once it exists (tests use it).
 
@@ -247,6 +256,60 @@ def train(
       SpecError: the algorithm or overrides are invalid.
       RunError: the run cannot start (memory, run directory, resume mismatch, non-finite loss).
     """
+    from zoo import envs
+
+    try:
+        return _train(
+            algorithm,
+            env,
+            total_env_steps,
+            seed,
+            overrides,
+            run_dir,
+            resume,
+            num_envs,
+            protocol,
+            eval_every,
+            eval_episodes,
+            eval_max_steps,
+            checkpoint_every,
+            log_every,
+            save_replay,
+            stop_at_return,
+            loop,
+            progress,
+            on_start,
+        )
+    except (
+        envs.UnknownEnvironmentError,
+        envs.UnsupportedEnvironmentError,
+        envs.ProtocolMismatchError,
+        envs.UnknownProtocolError,
+    ) as e:
+        raise RunError(str(e)) from None
+
+
+def _train(
+    algorithm,
+    env,
+    total_env_steps,
+    seed,
+    overrides,
+    run_dir,
+    resume,
+    num_envs,
+    protocol,
+    eval_every,
+    eval_episodes,
+    eval_max_steps,
+    checkpoint_every,
+    log_every,
+    save_replay,
+    stop_at_return,
+    loop,
+    progress,
+    on_start,
+) -> RunResult:
     from zoo.envs import get_protocol, make
 
     if resume is not None:
@@ -262,6 +325,9 @@ def train(
             raise RunError("name an algorithm or preset to train, or a run directory to resume")
         spec, preset_name, defaults = _resolve(algorithm, overrides)
         env_id = env or defaults.get("env") or "CartPole-v1"
+        from zoo.envs import resolve_env
+
+        env_id = resolve_env(env_id).env_id  # unknown ids fail before anything is written
         steps = int(total_env_steps or defaults.get("total_env_steps") or 50_000)
         proto = get_protocol(protocol or defaults.get("protocol") or _default_protocol(env_id))
         settings = RunSettings(
@@ -279,6 +345,7 @@ def train(
             log_every=log_every or max(min(steps // 100, 10_000), 1),
             save_replay=save_replay,
             stop_at_return=stop_at_return,
+            loop=loop,
         )
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         run_path = (
@@ -408,6 +475,7 @@ def _run(
         save_replay=settings.save_replay,
         progress=show_progress,
         stop_at_return=settings.stop_at_return,
+        loop=_loop_path(settings.loop, env_obj),
     )
     loop = Loop(spec, env_obj, learner, replay, core)
     carry = loop.init(learner_state, run_key)
@@ -424,7 +492,9 @@ def _run(
         counters = restored["counters"]
         carry = LoopCarry(
             learner=restored["learner"],
-            replay=restored.get("replay", carry.replay),  # an opted-out replay starts empty
+            # open episodes restart: seal the replay so no window crosses the boundary (an
+            # opted-out replay starts empty)
+            replay=replay.seal(restored["replay"]) if "replay" in restored else carry.replay,
             key=restored["key"],
             env_steps=counters["env_steps"],
             credit=counters["credit"],
@@ -459,6 +529,18 @@ def _run(
         evaluations=read_jsonl(run_path / "eval.jsonl"),
         interrupted=trainer.stopped_by_signal,
     )
+
+
+def _loop_path(requested: str, env_obj: Any) -> str:
+    """The loop path to run: ``auto`` picks the compiled path where the env supports it."""
+    if requested == "auto":
+        return "compiled" if env_obj.has_xla else "host"
+    if requested == "compiled" and not env_obj.has_xla:
+        raise RunError(
+            f"--loop compiled needs envpool's XLA interface, which {env_obj.env_id} does not have "
+            f"here ({env_obj.backend} backend); use --loop host"
+        )
+    return requested
 
 
 def make_policy_fn(spec: AlgorithmSpec, num_actions: int) -> Callable[[Any, Any], Callable]:

@@ -27,8 +27,9 @@ def main() -> None:
     assert jax.device_count() == 2, jax.devices()
     for name in ("prioritized_ddqn", "rainbow", "qr_dqn", "r2d2"):
         spec = small_spec(name)
-        net = zoo.build_network(spec, observation_shape=OBS, num_actions=ACTIONS,
-                                key=jax.random.PRNGKey(0))
+        net = zoo.build_network(
+            spec, observation_shape=OBS, num_actions=ACTIONS, key=jax.random.PRNGKey(0)
+        )
         single = Learner(spec)
         parallel = DataParallelLearner(spec)
         s1 = single.init(net, jax.random.PRNGKey(1))
@@ -42,16 +43,22 @@ def main() -> None:
         priorities = None
         if aux1.priorities is not None:
             priorities = float(jnp.max(jnp.abs(aux1.priorities - aux2.priorities)))
-        print(json.dumps({
-            "name": name,
-            "params": max_abs_diff(s1.online, s2.online),
-            "target": max_abs_diff(s1.target, s2.target),
-            "scale": max(float(jnp.max(jnp.abs(x))) for x in
-                         jax.tree.leaves(eqx.filter(s1.online, eqx.is_inexact_array))),
-            "loss": [float(aux1.metrics["loss"]), float(aux2.metrics["loss"])],
-            "priorities": priorities,
-            "updates": int(s2.updates),
-        }))
+        print(
+            json.dumps(
+                {
+                    "name": name,
+                    "params": max_abs_diff(s1.online, s2.online),
+                    "target": max_abs_diff(s1.target, s2.target),
+                    "scale": max(
+                        float(jnp.max(jnp.abs(x)))
+                        for x in jax.tree.leaves(eqx.filter(s1.online, eqx.is_inexact_array))
+                    ),
+                    "loss": [float(aux1.metrics["loss"]), float(aux2.metrics["loss"])],
+                    "priorities": priorities,
+                    "updates": int(s2.updates),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,9 @@ def main() -> None:
             coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=int(who)
         )
     spec = small_spec("prioritized_ddqn")
-    net = zoo.build_network(spec, observation_shape=OBS, num_actions=ACTIONS,
-                            key=jax.random.PRNGKey(0))
+    net = zoo.build_network(
+        spec, observation_shape=OBS, num_actions=ACTIONS, key=jax.random.PRNGKey(0)
+    )
     batches = [random_batch(spec, net, step) for step in range(3)]
     if who == "single":
         learner = Learner(spec)
@@ -54,8 +55,16 @@ def main() -> None:
         mine = jax.tree.map(lambda x: x[process_id * half : (process_id + 1) * half], batch)
         state, aux = learner.update(state, mine)
     state = learner.unreplicate(state)
-    print(json.dumps({"who": who, "checksum": checksum(state.online),
-                      "updates": int(state.updates), "priorities": aux.priorities.shape[0]}))
+    print(
+        json.dumps(
+            {
+                "who": who,
+                "checksum": checksum(state.online),
+                "updates": int(state.updates),
+                "priorities": aux.priorities.shape[0],
+            }
+        )
+    )
     jax.distributed.shutdown()
 
 

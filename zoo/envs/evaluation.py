@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -90,13 +91,21 @@ def evaluate(
     lengths: list[int] = []
     agent_steps = 0
     truncated = False
+    # A recurrent policy resets its state where a game starts: it takes ``first=`` if it can.
+    try:
+        takes_first = "first" in inspect.signature(policy).parameters
+    except (TypeError, ValueError):
+        takes_first = False
     with env:
         timestep = env.reset()
         while np.any(counted < quota):
             if max_steps is not None and agent_steps + num_envs > max_steps:
                 truncated = True
                 break
-            greedy = np.asarray(policy(timestep.observation))
+            if takes_first:
+                greedy = np.asarray(policy(timestep.observation, first=timestep.first))
+            else:
+                greedy = np.asarray(policy(timestep.observation))
             if greedy.shape != (num_envs,):
                 raise ValueError(
                     f"policy must return {num_envs} actions (shape ({num_envs},)), "

@@ -1,0 +1,100 @@
+"""n-step transitions built at sample time from the ring of steps.
+
+A window starts at every valid slot ``t``. With ``k = min(n, t' − t + 1)`` where ``t' ≥ t`` is the
+first slot that terminated or truncated (``k = n`` if none does within ``n`` slots) and
+``d = 1 − terminated``::
+
+    reward   = r_t + γ·d_t·r_{t+1} + … + γ^{k−1}·(d_t⋯d_{t+k−2})·r_{t+k−1}
+    discount = γ^{k−1}·d_t⋯d_{t+k−1}
+    next_observation = o_{t+k}
+
+so a termination gives discount 0 and a truncation bootstraps from the final observation (the
+pseudo-step's, at ``t + k``) with the γ powers; the loss multiplies by γ once more (DESIGN.md,
+"n-step transitions"). Pseudo-steps (``valid`` False) never start a window; they only supply the
+bootstrap observation of windows ending just before them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from zoo.replay.base import Replay
+from zoo.replay.frames import stacked_frames
+from zoo.replay.types import ReplayState
+from zoo.types import Transition
+
+Array = jax.Array
+
+__all__ = ["TransitionReplay", "n_step_window"]
+
+
+def n_step_window(
+    reward: Array, terminated: Array, truncated: Array, n: int, discount: float
+) -> tuple[Array, Array, Array]:
+    """The n-step reward, discount and length ``k`` of windows given their next ``n`` steps.
+
+    Args:
+      reward: ``[..., n]`` rewards ``r_t … r_{t+n−1}``.
+      terminated: ``[..., n]`` bool.
+      truncated: ``[..., n]`` bool.
+      n: the window length.
+      discount: the agent discount γ.
+
+    Returns:
+      ``(reward [...], discount [...], k [...] int32)`` as in the module docstring.
+    """
+    end = (terminated | truncated).astype(jnp.int32)
+    ended_before = (jnp.cumsum(end, axis=-1) - end) > 0
+    alive = ~ended_before  # step j belongs to the window
+    d = jnp.where(alive, 1.0 - terminated.astype(jnp.float32), 1.0)
+    d_before = jnp.cumprod(jnp.concatenate([jnp.ones_like(d[..., :1]), d[..., :-1]], -1), -1)
+    powers = jnp.asarray(discount, jnp.float32) ** jnp.arange(n, dtype=jnp.float32)
+    n_reward = jnp.sum(jnp.where(alive, powers * d_before * reward, 0.0), axis=-1)
+    k = jnp.sum(alive, axis=-1, dtype=jnp.int32)
+    n_discount = jnp.asarray(discount, jnp.float32) ** (k - 1).astype(jnp.float32) * jnp.prod(
+        d, axis=-1
+    )
+    return n_reward, n_discount, k
+
+
+class TransitionReplay(Replay):
+    """Feed-forward replay: samples :class:`zoo.Transition` n-step windows.
+
+    ``sample`` returns ``Transition(observation [B, *obs], action [B], reward [B], discount [B],
+    next_observation [B, *obs], probability [B], mask [B] of ones)``.
+
+    Attributes (besides :class:`~zoo.replay.base.Replay`'s):
+      n_step: ``n``.
+      discount: ``γ``.
+    """
+
+    def __init__(self, *, n_step: int, discount: float, **kwargs: Any):
+        super().__init__(period=1, after=n_step, **kwargs)
+        self.n_step = n_step
+        self.discount = float(discount)
+
+    def _batch(self, state: ReplayState, env: Array, item: Array, probability: Array) -> Transition:
+        cap, n = self.capacity_per_env, self.n_step
+        slot = item
+        window = jnp.remainder(slot[:, None] + jnp.arange(n, dtype=slot.dtype), cap)
+        rows = env[:, None]
+        reward, discount, k = n_step_window(
+            state.reward[rows, window],
+            state.terminated[rows, window],
+            state.truncated[rows, window],
+            n,
+            self.discount,
+        )
+        next_slot = jnp.remainder(slot + k, cap)
+        return Transition(
+            observation=stacked_frames(state.frames, state.first, env, slot, self.stack),
+            action=state.action[env, slot],
+            reward=reward,
+            discount=discount,
+            next_observation=stacked_frames(state.frames, state.first, env, next_slot, self.stack),
+            probability=probability,
+            mask=jnp.ones_like(probability),
+        )
