@@ -180,7 +180,7 @@ def test_sigint_saves_and_exits_cleanly(tmp_path):
     first = wait_for_checkpoint(run, process)
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    _out, err = process.communicate(timeout=120)
     assert process.returncode == 130, err[-3000:]
     assert "interrupted at env step" in err and f"--resume {run}" in err
     assert "Traceback" not in err
@@ -242,7 +242,7 @@ def test_replay_that_cannot_fit_is_refused_before_allocating(tmp_path):
 
 def test_unknown_environment_is_a_clear_error(tmp_path):
     process = zoo_cli("train", "dqn", "--env", "CartPol-v1", "--steps", "100", cwd=tmp_path)
-    out, err = process.communicate(timeout=120)
+    _out, err = process.communicate(timeout=120)
     assert process.returncode == 1
     assert "CartPole-v1" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
