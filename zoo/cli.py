@@ -81,8 +81,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            data = spec.read_yaml(path)
-            if "algorithm" in data and not isinstance(data.get("algorithm"), dict):
+            if spec.is_preset(path):
                 spec.load_preset(path)
                 count = "preset"
             else:

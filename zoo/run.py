@@ -17,13 +17,14 @@ after the checkpoint are truncated, so nothing is duplicated and nothing checkpo
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -180,16 +181,7 @@ def _resolve(
     if isinstance(algorithm, AlgorithmSpec):
         return spec_lib.load_algorithm(algorithm, overrides=overrides), None, {}
     name = str(algorithm)
-    if name not in spec_lib.algorithm_names() and (
-        name in spec_lib.preset_names()
-        or (
-            name.endswith((".yaml", ".yml"))
-            and "algorithm"
-            in spec_lib.read_yaml(
-                name.partition(".yaml:")[0] + ".yaml" if ".yaml:" in name else name
-            )
-        )
-    ):
+    if spec_lib.is_preset(name):
         preset = spec_lib.load_preset(name)
         merged = spec_lib.apply_overrides(preset.overrides, overrides)
         resolved = spec_lib.load_algorithm(preset.algorithm, overrides=merged)
@@ -256,30 +248,17 @@ def train(
       SpecError: the algorithm or overrides are invalid.
       RunError: the run cannot start (memory, run directory, resume mismatch, non-finite loss).
     """
+    with _environment_errors():
+        return _train(**locals())
+
+
+@contextlib.contextmanager
+def _environment_errors() -> Iterator[None]:
+    """Unknown or mismatched environments and protocols become a :class:`RunError`."""
     from zoo import envs
 
     try:
-        return _train(
-            algorithm,
-            env,
-            total_env_steps,
-            seed,
-            overrides,
-            run_dir,
-            resume,
-            num_envs,
-            protocol,
-            eval_every,
-            eval_episodes,
-            eval_max_steps,
-            checkpoint_every,
-            log_every,
-            save_replay,
-            stop_at_return,
-            loop,
-            progress,
-            on_start,
-        )
+        yield
     except (
         envs.UnknownEnvironmentError,
         envs.UnsupportedEnvironmentError,
@@ -290,26 +269,28 @@ def train(
 
 
 def _train(
-    algorithm,
-    env,
-    total_env_steps,
-    seed,
-    overrides,
-    run_dir,
-    resume,
-    num_envs,
-    protocol,
-    eval_every,
-    eval_episodes,
-    eval_max_steps,
-    checkpoint_every,
-    log_every,
-    save_replay,
-    stop_at_return,
-    loop,
-    progress,
-    on_start,
+    algorithm: Any,
+    env: str | None,
+    total_env_steps: int | None,
+    seed: int,
+    *,
+    overrides: Mapping[str, Any] | None,
+    run_dir: Any,
+    resume: Any,
+    num_envs: int | None,
+    protocol: str | None,
+    eval_every: int | None,
+    eval_episodes: int,
+    eval_max_steps: int | None,
+    checkpoint_every: int | None,
+    log_every: int | None,
+    save_replay: bool,
+    stop_at_return: float | None,
+    loop: str,
+    progress: bool,
+    on_start: Callable[[Path], None] | None,
 ) -> RunResult:
+    """:func:`train`'s body (arguments as documented there)."""
     from zoo.envs import get_protocol, make
 
     if resume is not None:

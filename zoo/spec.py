@@ -54,6 +54,7 @@ __all__ = [
     "catalogue_path",
     "data_dir",
     "describe",
+    "is_preset",
     "load_algorithm",
     "load_algorithms_file",
     "load_preset",
@@ -1169,6 +1170,18 @@ def load_algorithm(
             + " (`zoo list` shows them all; a path to a YAML file also works)",
         )
     return _build_algorithm(catalogue, ref, str(catalogue_path()), overrides)
+
+
+def is_preset(ref: str | os.PathLike[str]) -> bool:
+    """Whether ``ref`` names a preset: a shipped preset that is not also a catalogue name, or a
+    YAML file of preset form (a top-level ``algorithm:`` naming an entry)."""
+    ref = str(ref)
+    if not _looks_like_path(ref):
+        return ref in preset_names() and ref not in algorithm_names()
+    path, name = _split_ref(ref)
+    if name is not None or not Path(path).is_file():
+        return False
+    return isinstance(read_yaml(path).get("algorithm"), str)
 
 
 def load_preset(ref: str | os.PathLike[str]) -> Preset:
