@@ -53,6 +53,29 @@ def test_two_devices_give_the_single_device_update():
             assert row["priorities"] <= 1e-5, row
 
 
+@pytest.mark.parametrize(("name", "path"), [("prioritized_ddqn", "host"), ("r2d2", "host")])
+def test_training_loop_is_data_parallel_over_local_devices(name, path):
+    """The loop body on 2 forced devices (shard_map) equals the loop on one device.
+
+    Only the host path: envpool's XLA step is a side-effecting custom call that XLA's SPMD
+    partitioner cannot place, so with several devices runs use the host path (zoo.run picks it).
+    """
+    one = run_worker("tests.workers.loop_devices", name, path)
+    two = run_worker(
+        "tests.workers.loop_devices",
+        name,
+        path,
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+    )
+    single, double = results(one)[0], results(two)[0]
+    assert (single["devices"], double["devices"]) == (1, 2)
+    assert single["updates"] == double["updates"] > 10
+    for a, b in zip(single["params"], double["params"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    if single["priorities"] is not None:
+        np.testing.assert_allclose(single["priorities"], double["priorities"], rtol=1e-4, atol=1e-5)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,11 +12,13 @@ the online parameters, as DQN; below 1 is Polyak averaging).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from zoo.losses import build_loss
@@ -24,7 +26,7 @@ from zoo.optimizers import build_optimizer
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, SequenceBatch, Transition
 
-__all__ = ["Learner", "LearnerState"]
+__all__ = ["DataParallelLearner", "Learner", "LearnerState", "sharded_update"]
 
 
 class LearnerState(eqx.Module):
@@ -183,3 +185,47 @@ class DataParallelLearner:
         priorities = None if aux.priorities is None else aux.priorities.reshape(-1)
         metrics = jax.tree.map(lambda x: x[0], aux.metrics)
         return state, LossAux(priorities=priorities, metrics=metrics)
+
+
+def sharded_update(
+    spec: AlgorithmSpec, devices: list[Any] | None = None
+) -> Callable[[LearnerState, Transition | SequenceBatch], tuple[LearnerState, LossAux]]:
+    """The data-parallel update as a function to call *inside* ``jit`` or ``lax.scan``.
+
+    ``jax.shard_map`` over a mesh of ``devices`` (default: the local ones): the state is
+    replicated, the batch is split along its leading axis, gradients and metrics are averaged
+    with ``pmean`` and the importance-weight normaliser is the global maximum — the same update as
+    :class:`Learner` on the whole batch. The training loop uses it when there are several local
+    devices.
+    """
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    devices = list(devices) if devices is not None else jax.local_devices()
+    if spec.replay.batch_size % len(devices):
+        raise ValueError(
+            f"replay.batch_size={spec.replay.batch_size} must divide evenly over "
+            f"{len(devices)} devices; set --set replay.batch_size=<a multiple of {len(devices)}>"
+        )
+    mesh = Mesh(np.asarray(devices), (DataParallelLearner.axis_name,))
+    learner = Learner(spec, axis_name=DataParallelLearner.axis_name)
+    sharded = P(DataParallelLearner.axis_name)
+    priorities = sharded if spec.replay.kind == "prioritized" else None
+
+    def update(state: LearnerState, batch: Transition | SequenceBatch):
+        arrays, static = eqx.partition(state, eqx.is_array)
+
+        def local(arrays: Any, batch: Any):
+            new, aux = learner.update(eqx.combine(arrays, static), batch)
+            return eqx.filter(new, eqx.is_array), aux
+
+        new_arrays, aux = jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(P(), sharded),
+            out_specs=(P(), LossAux(priorities=priorities, metrics=P())),
+            check_vma=False,
+        )(arrays, batch)
+        return eqx.combine(new_arrays, static), aux
+
+    return update

@@ -35,7 +35,7 @@ import numpy as np
 
 from zoo.checkpoint import Checkpointer
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
-from zoo.learner import Learner, LearnerState
+from zoo.learner import Learner, LearnerState, sharded_update
 from zoo.metrics import MetricsLogger, Progress
 from zoo.replay import StepBatch
 from zoo.schedules import build_schedule
@@ -186,6 +186,9 @@ class Loop:
         self._min_size = int(spec.replay.min_size)
         self._batch_size = int(spec.replay.batch_size)
         self._prioritized = spec.replay.kind == "prioritized"
+        # several local devices: the same update, data-parallel (shard_map inside the body)
+        self.devices = len(jax.local_devices())
+        self._update = sharded_update(spec) if self.devices > 1 else learner.update
         self.step = eqx.filter_jit(self._step, donate="all-except-first")
         self.first_act = eqx.filter_jit(self._first_act)
         self.chunk = eqx.filter_jit(self._chunk, donate="all-except-first")
@@ -226,7 +229,7 @@ class Loop:
 
     def _learn_once(self, learner_state: LearnerState, replay_state: Any, key: jax.Array):
         batch, info = self.replay.sample(replay_state, key, self._batch_size)
-        learner_state, aux = self.learner.update(learner_state, batch)
+        learner_state, aux = self._update(learner_state, batch)
         if self._prioritized:
             replay_state = self.replay.update_priorities(replay_state, info.indices, aux.priorities)
         metrics = jnp.stack([jnp.asarray(aux.metrics[m], jnp.float32) for m in METRICS])

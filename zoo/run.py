@@ -514,13 +514,20 @@ def _run(
 
 def _loop_path(requested: str, env_obj: Any) -> str:
     """The loop path to run: ``auto`` picks the compiled path where the env supports it."""
+    import jax
+
+    # envpool's XLA step is a side-effecting custom call that XLA's SPMD partitioner cannot
+    # place: with several devices (a data-parallel update) the environments run on the host.
+    several = len(jax.local_devices()) > 1
     if requested == "auto":
-        return "compiled" if env_obj.has_xla else "host"
-    if requested == "compiled" and not env_obj.has_xla:
-        raise RunError(
-            f"--loop compiled needs envpool's XLA interface, which {env_obj.env_id} does not have "
-            f"here ({env_obj.backend} backend); use --loop host"
+        return "compiled" if env_obj.has_xla and not several else "host"
+    if requested == "compiled" and (several or not env_obj.has_xla):
+        why = (
+            f"{len(jax.local_devices())} devices (the update is data-parallel)"
+            if several
+            else f"{env_obj.env_id} has no envpool XLA interface ({env_obj.backend} backend)"
         )
+        raise RunError(f"--loop compiled is unavailable here: {why}; use --loop host")
     return requested
 
 

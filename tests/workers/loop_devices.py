@@ -1,0 +1,49 @@
+"""Run the training loop body for a few hundred steps; print parameter checksums as JSON.
+
+Started twice by tests/test_parallel.py: once with one host device and once with
+``XLA_FLAGS=--xla_force_host_platform_device_count=2``, where the loop's update runs
+data-parallel (shard_map inside the jitted body). Both must agree to float tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from tests.test_loop import build, small
+
+
+def main() -> None:
+    name, path = sys.argv[1], sys.argv[2]
+    spec = small(name)
+    env, loop, carry = build(spec, num_envs=2)
+    carry, actions = loop.first_act(carry, env.reset())
+    if path == "compiled":
+        handle = env.xla()[0]
+        carry, handle, _, _ = loop.chunk(carry, handle, jnp.zeros((2,), bool), 120)
+    else:
+        import numpy as np
+
+        for _ in range(120):
+            carry, actions, _ = loop.step(carry, env.step(np.asarray(actions)))
+    leaves = jax.tree.leaves(eqx.filter(carry.learner.online, eqx.is_inexact_array))
+    print(
+        json.dumps(
+            {
+                "devices": loop.devices,
+                "updates": int(carry.learner.updates),
+                "params": [jnp.ravel(x)[:64].tolist() for x in leaves],
+                "priorities": None
+                if carry.replay.weight is None
+                else jnp.ravel(carry.replay.weight).tolist(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
