@@ -418,9 +418,11 @@ def _run(
     resuming: bool,
     show_progress: bool,
 ) -> RunResult:
+    import equinox as eqx
+
     from zoo.checkpoint import Checkpointer, CheckpointError
     from zoo.envs import evaluate
-    from zoo.loop import Loop, LoopCarry, LoopConfig, NonFiniteLossError, Trainer
+    from zoo.loop import Loop, LoopConfig, NonFiniteLossError, Trainer
     from zoo.metrics import MetricsLogger, read_jsonl
 
     _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj)
@@ -471,17 +473,19 @@ def _run(
         except CheckpointError as e:
             raise RunError(f"cannot resume {run_path}: {e}") from None
         counters = restored["counters"]
-        carry = LoopCarry(
-            learner=restored["learner"],
-            # open episodes restart: seal the replay so no window crosses the boundary (an
-            # opted-out replay starts empty)
-            replay=replay.seal(restored["replay"]) if "replay" in restored else carry.replay,
-            key=restored["key"],
-            env_steps=counters["env_steps"],
-            credit=counters["credit"],
-            core=carry.core,
-            pending=carry.pending,
-            metrics=carry.metrics,
+        # open episodes restart: seal the replay so that no window crosses the boundary (an
+        # opted-out replay starts empty)
+        replay_state = replay.seal(restored["replay"]) if "replay" in restored else carry.replay
+        carry = eqx.tree_at(
+            lambda c: (c.learner, c.replay, c.key, c.env_steps, c.credit),
+            carry,
+            (
+                restored["learner"],
+                replay_state,
+                restored["key"],
+                counters["env_steps"],
+                counters["credit"],
+            ),
         )
         games = int(counters["games"])
         resume_from = int(meta["env_steps"])
