@@ -39,6 +39,7 @@ XLA copies the whole buffer on every call; inside ``lax.scan`` the carry is upda
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any
 
@@ -59,7 +60,7 @@ PRIORITY_FLOOR = 1e-6
 """Priorities below this are raised to it, so every eligible item keeps a positive probability."""
 
 
-class Replay:
+class Replay(abc.ABC):
     """A replay of steps in per-env ring buffers; subclasses turn items into batches.
 
     Attributes:
@@ -298,8 +299,9 @@ class Replay:
         batch = self._batch(state, env, item, probability)
         return batch, SampleInfo(indices=indices, probability=probability)
 
+    @abc.abstractmethod
     def _batch(self, state: ReplayState, env: Array, item: Array, probability: Array) -> Any:
-        raise NotImplementedError
+        """The batch of the sampled items (a Transition or a SequenceBatch)."""
 
     def observation(self, state: ReplayState, env: Array, slot: Array) -> Array:
         """The (stacked) observation of physical ``slot`` of ``env`` as the actor saw it.
