@@ -33,7 +33,7 @@ def test_pong_train_checkpoint_resume_eval(tmp_path):
         log_every=250,
         progress=False,
     )
-    assert first.env_steps == 1500 and first.updates == (1500 - 500) // 4 + 1
+    assert first.env_steps == 1500 and first.updates == (1500 - 500 + 1) // 4
     evaluation = first.final_eval
     assert evaluation["protocol"] == "nature_2015" and evaluation["truncated"]
     assert evaluation["agent_steps"] <= 300

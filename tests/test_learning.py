@@ -18,15 +18,15 @@ SEEDS = (0, 1, 2)
 
 #: Budget in transitions per preset (the step budget the issue asks the test to state).
 BUDGETS = {
-    "dqn_cartpole": 50_000,
-    "double_dqn_cartpole": 50_000,
-    "prioritized_ddqn_cartpole": 50_000,
-    "prioritized_c51_cartpole": 50_000,
-    "qr_dqn_cartpole": 50_000,
-    "mdqn_cartpole": 50_000,
-    "dqn_reg_cartpole": 50_000,
-    "rainbow_cartpole": 50_000,
-    "r2d2_cartpole": 50_000,
+    "dqn_cartpole": 100_000,
+    "double_dqn_cartpole": 100_000,
+    "prioritized_ddqn_cartpole": 100_000,
+    "prioritized_c51_cartpole": 100_000,
+    "qr_dqn_cartpole": 100_000,
+    "mdqn_cartpole": 100_000,
+    "dqn_reg_cartpole": 100_000,
+    "rainbow_cartpole": 100_000,
+    "r2d2_cartpole": 100_000,
 }
 
 

@@ -337,6 +337,14 @@ class Loop:
         return carry, handle, prev_done, outputs
 
 
+def _chunk_length(every: int, num_envs: int, longest: int = 1000) -> int:
+    """Vector steps per compiled chunk: the longest (up to ``longest``) that divides the
+    events' common period, so that logs, evaluations and checkpoints fall exactly on their
+    multiples, as on the host path."""
+    period = max(every // num_envs, 1)
+    return max(d for d in range(1, min(period, longest) + 1) if period % d == 0)
+
+
 @dataclass
 class Trainer:
     """Runs one run's host loop: logging, evaluation, checkpoints, signals."""
@@ -426,8 +434,9 @@ class Trainer:
         env, loop, cfg = self.loop.env, self.loop, self.config
         handle = env.xla()[0]
         prev_done = jnp.zeros((env.num_envs,), bool)
-        length = max(1, min(cfg.log_every, cfg.eval_every, cfg.checkpoint_every) // env.num_envs)
-        length = min(length, 1000)
+        length = _chunk_length(
+            math.gcd(cfg.log_every, cfg.eval_every, cfg.checkpoint_every), env.num_envs
+        )
         while self._env_steps < cfg.total_env_steps:
             remaining = (cfg.total_env_steps - self._env_steps + env.num_envs - 1) // env.num_envs
             steps = min(length, remaining)
