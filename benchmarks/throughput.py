@@ -48,11 +48,20 @@ BREAKOUT = {"replay.capacity": 20_000, "replay.min_size": 1_000}
 
 def build(spec: Any, env_id: str, num_envs: int):
     env = make(env_id, num_envs=num_envs, seed=0)
-    net = zoo.build_network(spec, observation_shape=env.observation_shape,
-                            num_actions=env.num_actions, key=jax.random.PRNGKey(0))
+    net = zoo.build_network(
+        spec,
+        observation_shape=env.observation_shape,
+        num_actions=env.num_actions,
+        key=jax.random.PRNGKey(0),
+    )
     stack = env.observation_shape[0] if env.is_image else 1
-    replay = build_replay(spec, num_envs=num_envs, observation_shape=env.observation_shape,
-                          observation_dtype=env.observation_dtype, stack=stack)
+    replay = build_replay(
+        spec,
+        num_envs=num_envs,
+        observation_shape=env.observation_shape,
+        observation_dtype=env.observation_dtype,
+        stack=stack,
+    )
     learner = Learner(spec)
     loop = Loop(spec, env, learner, replay)
     carry = loop.init(learner.init(net, jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
@@ -97,8 +106,9 @@ def time_compiled(loop: Loop, env: Any, carry: Any, warmup: int, steps: int, rep
 
 def isolated_update(repeats: int) -> float:
     spec = zoo.load_algorithm("dqn")
-    net = zoo.build_network(spec, observation_shape=(4, 84, 84), num_actions=4,
-                            key=jax.random.PRNGKey(0))
+    net = zoo.build_network(
+        spec, observation_shape=(4, 84, 84), num_actions=4, key=jax.random.PRNGKey(0)
+    )
     learner = Learner(spec)
     state = learner.init(net, jax.random.PRNGKey(1))
     rng = np.random.default_rng(0)

@@ -235,7 +235,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=["auto", "host", "compiled"],
         default="auto",
         help="host: envpool's Python API between jitted steps; compiled: lax.scan chunks with "
-        "envpool's XLA step (same semantics, faster); auto (default): compiled where available",
+        "envpool's XLA step (same semantics); auto (default): compiled for vector observations, "
+        "host for images (XLA:CPU's convolutions are slow inside loops)",
     )
     p.set_defaults(func=_cmd_train)
 
