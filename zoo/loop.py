@@ -42,7 +42,15 @@ from zoo.replay import StepBatch
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 
-__all__ = ["Loop", "LoopCarry", "LoopConfig", "NonFiniteLossError", "Trainer", "make_act"]
+__all__ = [
+    "Loop",
+    "LoopCarry",
+    "LoopConfig",
+    "NonFiniteLossError",
+    "Trainer",
+    "checkpoint_state",
+    "make_act",
+]
 
 METRICS = ("loss", "td_loss", "regularizer", "abs_td", "q_sa", "importance_exponent")
 
@@ -420,6 +428,26 @@ class Loop:
         return carry, handle, prev_done, outputs
 
 
+def checkpoint_state(carry: LoopCarry, games: int, save_replay: bool) -> dict[str, Any]:
+    """What a checkpoint holds: learner, counters, RNG key, and the replay unless opted out.
+
+    The pending step and the actors' core state are not saved: environments cannot be
+    checkpointed, so a resumed run starts new episodes.
+    """
+    state = {
+        "learner": carry.learner,
+        "counters": {
+            "env_steps": carry.env_steps,
+            "credit": carry.credit,
+            "games": jnp.asarray(games, jnp.int32),
+        },
+        "key": carry.key,
+    }
+    if save_replay:
+        state["replay"] = carry.replay
+    return state
+
+
 def _chunk_length(every: int, num_envs: int, longest: int = 1000) -> int:
     """Vector steps per compiled chunk: the longest (up to ``longest``) that divides the
     events' common period, so that logs, evaluations and checkpoints fall exactly on their
@@ -441,19 +469,8 @@ class Trainer:
     stopped_by_signal: bool = field(default=False, init=False)
 
     def state_of(self, carry: LoopCarry, games: int) -> dict[str, Any]:
-        """The checkpointable run state (the replay too unless the run opts out)."""
-        state = {
-            "learner": carry.learner,
-            "counters": {
-                "env_steps": carry.env_steps,
-                "credit": carry.credit,
-                "games": jnp.asarray(games, jnp.int32),
-            },
-            "key": carry.key,
-        }
-        if self.config.save_replay:
-            state["replay"] = carry.replay
-        return state
+        """The checkpointable run state (see :func:`checkpoint_state`)."""
+        return checkpoint_state(carry, games, self.config.save_replay)
 
     def checkpoint(self, carry: LoopCarry, games: int) -> None:
         env_steps = int(carry.env_steps)

@@ -422,7 +422,7 @@ def _run(
 
     from zoo.checkpoint import Checkpointer, CheckpointError
     from zoo.envs import evaluate
-    from zoo.loop import Loop, LoopConfig, NonFiniteLossError, Trainer
+    from zoo.loop import Loop, LoopConfig, NonFiniteLossError, Trainer, checkpoint_state
     from zoo.metrics import MetricsLogger, read_jsonl
 
     _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj)
@@ -467,7 +467,7 @@ def _run(
         step = checkpointer.latest_step()
         if step is None:
             raise RunError(f"cannot resume {run_path}: it has no complete checkpoint yet")
-        template = Trainer(loop, config, None, checkpointer, evaluate_now).state_of(carry, 0)  # type: ignore[arg-type]
+        template = checkpoint_state(carry, 0, settings.save_replay)
         try:
             restored, meta = checkpointer.restore(template, step)
         except CheckpointError as e:
