@@ -39,24 +39,20 @@ def _cmd_list(args: argparse.Namespace) -> int:
         # `zoo list 'mdqn*'`: the first word is a pattern over algorithms.
         what, pattern = "algorithms", what
     if what == "algorithms":
-        names = spec.algorithm_names(pattern)
-        width = max((len(n) for n in names), default=0)
-        for name in names:
-            entry = spec.load_algorithm(name)
-            print(f"{name:<{width}}  {_first_sentence(entry.summary)}")
+        rows = [
+            (n, _first_sentence(spec.load_algorithm(n).summary))
+            for n in spec.algorithm_names(pattern)
+        ]
     elif what == "presets":
-        names = spec.preset_names(pattern)
-        width = max((len(n) for n in names), default=0)
-        for name in names:
-            preset = spec.load_preset(name)
-            print(f"{name:<{width}}  {_first_sentence(preset.summary)}")
+        rows = [
+            (n, _first_sentence(spec.load_preset(n).summary)) for n in spec.preset_names(pattern)
+        ]
     else:
-        entries = list(registry.list_components(pattern))
-        names = [f"{e.axis}/{e.name}" for e in entries]
-        width = max((len(n) for n in names), default=0)
-        for label, entry in zip(names, entries, strict=True):
-            print(f"{label:<{width}}  {entry.summary}")
-    if not names:
+        rows = [(f"{e.axis}/{e.name}", e.summary) for e in registry.list_components(pattern)]
+    width = max((len(name) for name, _ in rows), default=0)
+    for name, text in rows:
+        print(f"{name:<{width}}  {text}")
+    if not rows:
         print(f"no {what} match {pattern!r}", file=sys.stderr)
         return 1
     return 0
