@@ -23,6 +23,7 @@ import optax
 
 from zoo.losses import build_loss
 from zoo.optimizers import build_optimizer
+from zoo.replay.kinds import replay_kind
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, SequenceBatch, Transition
 
@@ -210,7 +211,7 @@ def sharded_update(
     mesh = Mesh(np.asarray(devices), (DataParallelLearner.axis_name,))
     learner = Learner(spec, axis_name=DataParallelLearner.axis_name)
     sharded = P(DataParallelLearner.axis_name)
-    priorities = sharded if spec.replay.kind == "prioritized" else None
+    priorities = sharded if replay_kind(spec).prioritized else None
 
     def update(state: LearnerState, batch: Transition | SequenceBatch):
         arrays, static = eqx.partition(state, eqx.is_array)

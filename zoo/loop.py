@@ -39,6 +39,7 @@ from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
 from zoo.learner import Learner, LearnerState, sharded_update
 from zoo.metrics import MetricsLogger, Progress
 from zoo.replay import StepBatch
+from zoo.replay.kinds import replay_kind
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 
@@ -197,7 +198,7 @@ class Loop:
         self._max_updates = (spec.schedule.update_period - 1 + n) // spec.schedule.update_period
         self._min_size = int(spec.replay.min_size)
         self._batch_size = int(spec.replay.batch_size)
-        self._prioritized = spec.replay.kind == "prioritized"
+        self._prioritized = replay_kind(spec).prioritized
         # several local devices: the same update, data-parallel (shard_map inside the body)
         self.devices = len(jax.local_devices())
         self._update = sharded_update(spec) if self.devices > 1 else learner.update

@@ -62,7 +62,13 @@ AXES: dict[str, str] = {
 }
 
 # Modules whose import registers the built-in factories of each axis.
-_BUILTIN_MODULES = ("zoo.losses", "zoo.networks", "zoo.optimizers", "zoo.schedules")
+_BUILTIN_MODULES = (
+    "zoo.losses",
+    "zoo.networks",
+    "zoo.optimizers",
+    "zoo.schedules",
+    "zoo.replay.kinds",
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from zoo import registry
 from zoo.losses.components import Bonus, munchausen_bonus, no_bonus
+from zoo.replay.kinds import replay_kind
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, NetworkOutput, SequenceBatch, Transition
@@ -92,7 +93,7 @@ class Loss:
         loss = spec.loss
         self.spec = spec
         self.recurrent = spec.recurrent
-        self.prioritized = spec.replay.kind == "prioritized"
+        self.prioritized = replay_kind(spec).prioritized
         self._axis_name = axis_name
         td = registry.get("td", loss.td.kind)(loss.td)
         self._head_loss = registry.get("head_loss", spec.network.head.kind)(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.replay.base import PRIORITY_FLOOR, Replay
 from zoo.replay.frames import stacked_frames
+from zoo.replay.kinds import ReplayKind, replay_kind
 from zoo.replay.sampling import proportional_sample
 from zoo.replay.sequences import SequenceReplay
 from zoo.replay.transitions import TransitionReplay, n_step_window
@@ -45,6 +46,7 @@ PyTree = Any
 __all__ = [
     "PRIORITY_FLOOR",
     "Replay",
+    "ReplayKind",
     "ReplayState",
     "SampleInfo",
     "SequenceReplay",
@@ -53,6 +55,7 @@ __all__ = [
     "build_replay",
     "n_step_window",
     "proportional_sample",
+    "replay_kind",
     "stacked_frames",
 ]
 
@@ -98,7 +101,7 @@ def build_replay(
         stack=stack,
         observation_shape=tuple(observation_shape),
         observation_dtype=observation_dtype,
-        prioritized=replay.kind == "prioritized",
+        prioritized=replay_kind(spec).prioritized,
         priority_exponent=replay.priority_exponent,
     )
     seq = replay.sequence
