@@ -588,6 +588,7 @@ class Trainer:
                 "updates": self._updates,
                 "games": self.games,
                 "epsilon": float(self.loop._epsilon(env_steps)),
+                "loop": cfg.loop,
                 "env_steps_per_s": (env_steps - steps0) / elapsed,
                 "updates_per_s": (self._updates - updates0) / elapsed,
             }
