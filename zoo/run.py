@@ -549,21 +549,20 @@ def make_policy_fn(spec: AlgorithmSpec, num_actions: int) -> Callable[[Any, Any]
     import jax.numpy as jnp
     import numpy as np
 
+    from zoo.loop import make_act
+
     @eqx.filter_jit
     def greedy(online, obs, state, first, key):
+        # the actors' acting function with ε = 0: the same core-state reset at game starts
+        initial = None
         if spec.recurrent:
             initial = jax.tree.map(
                 lambda x: jnp.broadcast_to(x, (obs.shape[0], *x.shape)), online.initial_state()
             )
-            state = jax.tree.map(
-                lambda s, s0: jnp.where(first.reshape((-1,) + (1,) * (s.ndim - 1)), s0, s),
-                initial if state is None else state,
-                initial,
-            )
-            out, state = jax.vmap(lambda o, s: online(o, s, key=key))(obs, state)
-        else:
-            out = jax.vmap(lambda o: online(o, key=key))(obs)
-        return jnp.argmax(out.q_values, axis=-1).astype(jnp.int32), state
+            state = initial if state is None else state
+        act = make_act(num_actions, spec.recurrent, initial)
+        actions, _, state = act(online, obs, state, first, key, 0.0)
+        return actions, state
 
     def policy_fn(online: Any, key: Any) -> Callable:
         box = {"state": None, "key": key}
