@@ -664,10 +664,21 @@ class Budget(_Model):
 
 
 class Reference(_Model):
-    """What a preset reproduces."""
+    """What a preset reproduces, and where each of its values comes from."""
 
-    paper: str | None = Field(None, description="the paper")
-    source: str | None = Field(None, description="where each hyperparameter was checked")
+    paper: str | None = Field(None, description="the paper (authors, year, title, link)")
+    source: str | None = Field(None, description="where the hyperparameters were checked")
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="per hyperparameter (dotted field path, e.g. `optimizer.learning_rate`): "
+        "where its value comes from, tagged [V] checked in a source file, [R] recalled from the "
+        "paper, or [3P] a third-party transcription",
+    )
+    series: list[str] = Field(
+        default_factory=list,
+        description="ids of the reference series (zoo.reference) a run of this preset is compared "
+        "with; a comparison uses only those of the run's protocol and statistic",
+    )
     scores: dict[str, float] = Field(default_factory=dict, description="published scores")
 
 
