@@ -99,15 +99,43 @@ def test_host_and_compiled_paths_agree(name, num_envs):
     assert int(host.learner.updates) == int(compiled.learner.updates) > 50
     assert host_returns == compiled_returns and len(host_returns) > 5
 
-    # identical transitions: every replay array, slot by slot
+    # identical transitions: every replay array, slot by slot. Stored recurrent states and
+    # priorities are network outputs, which differ by float rounding where XLA fuses the two
+    # programs apart (priorities are |TD errors|, differences of close values: looser)
+    tolerance = {"core_state": 1e-5, "weight": 1e-3, "max_priority": 1e-3}
     for field, a, b in zip(host.replay._fields, host.replay, compiled.replay, strict=True):
         if a is None:
             continue
+        tol = tolerance.get(field, 1e-6)
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
             np.testing.assert_allclose(
-                np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6, err_msg=field
+                np.asarray(x), np.asarray(y), rtol=tol, atol=tol, err_msg=field
             )
     # the same parameters (compiled inside a scan, XLA may fuse differently: float tolerance)
     params = lambda c: eqx.filter(c.learner.online, eqx.is_inexact_array)  # noqa: E731
     for x, y in zip(jax.tree.leaves(params(host)), jax.tree.leaves(params(compiled)), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
+
+
+def test_actors_lag_the_learner_by_one_update():
+    """Each update hands the actors the online network as it was before that update."""
+    spec = small("dqn")
+    env, loop, carry = build(spec, 1)
+    carry, actions = loop.first_act(carry, env.reset())
+    params = lambda m: [np.asarray(x) for x in jax.tree.leaves(eqx.filter(m, eqx.is_array))]  # noqa: E731
+    seen = 0
+    while int(carry.learner.updates) < 3:
+        before = params(carry.learner.online)
+        updates_before = int(carry.learner.updates)
+        carry, actions, report = loop.step(carry, env.step(np.asarray(actions)))
+        if int(carry.learner.updates) > updates_before:
+            seen += 1
+            for a, b in zip(params(carry.actor), before, strict=True):
+                np.testing.assert_array_equal(a, b)
+            assert int(report[0]) == updates_before  # the report is of the actors' state
+            assert any(
+                not np.array_equal(a, b)
+                for a, b in zip(params(carry.actor), params(carry.learner.online), strict=True)
+            )
+    env.close()
+    assert seen == 3

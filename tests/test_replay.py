@@ -826,3 +826,42 @@ def test_seal_keeps_windows_from_crossing_a_resume_boundary():
     obs = np.asarray(batch.observation)[:, 0]
     nxt = np.asarray(batch.next_observation)[:, 0]
     assert np.all((obs < 100) == (nxt < 100))  # no bootstrap from the other episode
+
+
+def test_deferred_priorities_skip_items_overwritten_since_the_sample():
+    """The loop writes an update's priorities just before the next sample, after more adds:
+    items whose slot was overwritten in between keep the priority they entered with."""
+    cap, alpha = 8, 0.6
+    streams = random_streams(np.random.default_rng(1), 1, 30, p_end=0.0)
+    replay = build_replay(
+        ff_spec(cap, kind="prioritized", alpha=alpha),
+        num_envs=1,
+        observation_shape=(2,),
+        observation_dtype=jnp.float32,
+    )
+    state = fill(replay, streams, 12)  # cursor 12: slots hold steps 4..11, slot s = step % 8
+    sampled_at = jnp.asarray(int(state.cursor), jnp.int32)  # the adds below donate `state`
+    assert int(sampled_at) == 12
+    state = replay.update_priorities(state, jnp.asarray([0, 1], jnp.int32), jnp.asarray([2.0, 2.0]))
+    before = np.asarray(state.weight).copy()
+    # two adds overwrite slots 4 and 5 (steps 12 and 13); they enter at the max priority, 2
+    state = fill_more(replay, state, streams, 12, 14)
+    entered = np.asarray(state.weight)[0, 4]
+    assert entered == pytest.approx(2.0**alpha)
+    # priorities of items 3, 4, 5, 6 sampled at cursor 12: 4 and 5 now hold new steps
+    idx = jnp.asarray([3, 4, 5, 6], jnp.int32)
+    out = replay.update_priorities(state, idx, jnp.full((4,), 5.0), sampled_at)
+    w = np.asarray(out.weight)[0]
+    assert w[3] == pytest.approx(5.0**alpha) and w[6] == pytest.approx(5.0**alpha)
+    assert w[4] == pytest.approx(entered) and w[5] == pytest.approx(entered)
+    np.testing.assert_array_equal(w[[0, 1, 2, 7]], before[0, [0, 1, 2, 7]])
+    # without `sampled_at` (no adds in between) every write lands
+    out = replay.update_priorities(state, idx, jnp.full((4,), 5.0))
+    np.testing.assert_allclose(np.asarray(out.weight)[0, 3:7], 5.0**alpha, rtol=1e-6)
+
+
+def fill_more(replay, state, streams, start, stop):
+    add = jitted(replay).add
+    for t in range(start, stop):
+        state = add(state, step_batch(streams, t))
+    return state

@@ -13,6 +13,15 @@ One loop body serves every algorithm and both execution paths. Per vector step o
    networks carry ε = 0 in their specs and act greedily on a fresh noise sample; recurrent
    networks reset their core state at each game's first observation) and keep it pending.
 
+**The actors lag the learner by one update**, so that acting and environment steps overlap the
+update instead of waiting for it: each update hands the actors the online network *as it was
+before that update* and the actors act with it until the next update. An update's priorities are
+written into the replay just before the next update samples (steps added in between enter with
+the running maximum priority, as always; an item overwritten in between keeps its new priority).
+Both paths follow this order exactly; only the host path gets the overlap from it (on the
+compiled path everything is one program anyway). Acme's actors lag more (they fetch parameters
+every ``variable_update_period`` steps); the learning tests hold the zoo to its budgets with it.
+
 :meth:`Loop.step` is that body as one jitted call (the *host path*: environments step through
 envpool's Python API between calls). :meth:`Loop.chunk` runs the same body for T vector steps
 inside ``lax.scan`` with envpool's XLA ``step`` (the *compiled path*). Both read and write the
@@ -21,12 +30,12 @@ same :class:`LoopCarry`, so they produce the same transitions and parameters fro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import equinox as eqx
@@ -49,7 +58,6 @@ __all__ = [
     "LoopConfig",
     "NonFiniteLossError",
     "Trainer",
-    "checkpoint_state",
     "make_act",
 ]
 
@@ -58,6 +66,23 @@ METRICS = ("loss", "td_loss", "regularizer", "abs_td", "q_sa", "importance_expon
 
 class NonFiniteLossError(FloatingPointError):
     """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
+
+
+class Deferred(eqx.Module):
+    """An update's priorities, written into the replay just before the next update samples.
+
+    Attributes:
+      indices: ``[B]`` the sampled items (``SampleInfo.indices``).
+      priorities: ``[B]`` their new priorities.
+      sampled_at: the replay cursor when they were sampled (items overwritten since keep the
+        priority they entered with).
+      valid: whether an update has run yet (nothing to write before the first).
+    """
+
+    indices: jax.Array
+    priorities: jax.Array
+    sampled_at: jax.Array
+    valid: jax.Array
 
 
 class Pending(eqx.Module):
@@ -84,6 +109,10 @@ class LoopCarry(eqx.Module):
       metric_sums: sums of the updates' metrics since the last log, ``[len(METRICS)]``.
       metric_count: updates summed in ``metric_sums`` (int32).
       last_loss: the latest update's loss (NaN before the first update).
+      actor: the online network the actors act with: the learner's before its latest update.
+      actor_report: ``[updates, loss]`` of the learner state ``actor`` came from (what the host
+        watches without waiting for the update in flight).
+      deferred: the latest update's priorities, not yet written (``None`` for uniform replay).
     """
 
     learner: LearnerState
@@ -96,6 +125,9 @@ class LoopCarry(eqx.Module):
     metric_sums: jax.Array
     metric_count: jax.Array
     last_loss: jax.Array
+    actor: Any
+    actor_report: jax.Array
+    deferred: Deferred | None
 
     def metric_means(self) -> dict[str, float]:
         """Means of the metrics since they were last reset (empty before any update)."""
@@ -202,15 +234,14 @@ class Loop:
         # several local devices: the same update, data-parallel (shard_map inside the body)
         self.devices = len(jax.local_devices())
         self._update = sharded_update(spec) if self.devices > 1 else learner.update
-        # The carry (replay included) is donated: the buffers are updated in place, never copied.
-        self._jit_insert = eqx.filter_jit(
-            lambda ts, carry: self._insert(carry, ts.reward, ts.terminated, ts.truncated),
-            donate="all-except-first",
-        )
-        self._jit_learn = eqx.filter_jit(self._learn, donate="all")
-        self._jit_act = eqx.filter_jit(
-            lambda ts, carry: self._act_and_report(carry, ts), donate="all-except-first"
-        )
+        # Host path: the replay is donated to the insert and the sample (updated in place,
+        # never copied); the insert and the act never take the learner's buffers, so they run
+        # while an update is in flight. The learner state is not donated: XLA:CPU runs this
+        # parameter update 15-25% slower with donation, and the actors hold its online network.
+        self._jit_insert = eqx.filter_jit(self._insert_fields, donate="all-except-first")
+        self._jit_act = eqx.filter_jit(self._act_fields)
+        self._jit_sample = eqx.filter_jit(self._sample_fields, donate="all")
+        self._jit_update = eqx.filter_jit(self._update_fields)
         self._jit_first_act = eqx.filter_jit(self._first_act)
         self._jit_chunk = eqx.filter_jit(
             lambda length, carry, handle, done: self._chunk(carry, handle, done, length),
@@ -228,20 +259,29 @@ class Loop:
     def step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
         """Host path: insert the pending step with the env's answer ``ts``, learn, act on ``ts``.
 
-        Three jitted calls (insert; one per due update; act): the host mirrors the credit
-        arithmetic, so no update runs under device control flow, in which XLA:CPU's
-        convolutions are an order of magnitude slower (measured: 143 ms against 10 ms for a
-        Nature-CNN update). ``carry`` is donated (do not use it afterwards). Returns the new
-        carry, the actions ``[N]`` and ``[updates, last_loss]`` for the host to watch.
+        Separate jitted calls (insert; a sample and an update per due update; act): the host
+        mirrors the credit arithmetic, so no update runs under device control flow, in which
+        XLA:CPU's convolutions are an order of magnitude slower (measured: 143 ms against 10 ms
+        for a Nature-CNN update). The update is dispatched and not waited for: the actions come
+        from the previous update's network, so the host steps the environments while the update
+        runs. ``carry`` is donated (do not use it afterwards). Returns the new carry, the actions
+        ``[N]`` and ``[updates, loss]`` of the learner state the actors act with.
         """
-        carry = self._jit_insert(ts, carry)
+        replay, env_steps, credit = self._jit_insert(
+            ts, carry.replay, carry.pending, carry.env_steps, carry.credit
+        )
+        carry = dataclasses.replace(carry, replay=replay, env_steps=env_steps, credit=credit)
         self._host_env_steps += self.num_envs
         if self._host_env_steps >= self._min_size:
             self._host_credit += self.num_envs
         while self._host_credit >= self._update_period:
-            carry = self._jit_learn(carry)
+            carry = self._learn_host(carry)
             self._host_credit -= self._update_period
-        return self._jit_act(ts, carry)
+        key, core, pending, actions, report = self._jit_act(
+            ts, carry.key, carry.core, carry.actor, carry.actor_report, carry.env_steps
+        )
+        carry = dataclasses.replace(carry, key=key, core=core, pending=pending)
+        return carry, actions, report
 
     def chunk(self, carry: LoopCarry, handle: jax.Array, prev_done: jax.Array, length: int):
         """Compiled path: ``length`` vector steps in one ``lax.scan`` (see :meth:`_chunk`).
@@ -257,7 +297,16 @@ class Loop:
         n = self.num_envs
         obs = jnp.zeros((n, *self.env.observation_shape), self.env.observation_dtype)
         flags = jnp.zeros((n,), bool)
-        return LoopCarry(
+        deferred = None
+        if self._prioritized:
+            b = self._batch_size
+            deferred = Deferred(
+                indices=jnp.zeros((b,), jnp.int32),
+                priorities=jnp.zeros((b,), jnp.float32),
+                sampled_at=jnp.zeros((), jnp.int32),
+                valid=jnp.zeros((), bool),
+            )
+        carry = LoopCarry(
             learner=learner_state,
             replay=self.replay.init(),
             key=key,
@@ -268,107 +317,157 @@ class Loop:
             metric_sums=jnp.zeros((len(METRICS),), jnp.float32),
             metric_count=jnp.zeros((), jnp.int32),
             last_loss=jnp.full((), jnp.nan, jnp.float32),
+            actor=None,
+            actor_report=None,
+            deferred=deferred,
         )
+        return self.with_learner(carry, learner_state)
+
+    @staticmethod
+    def with_learner(carry: LoopCarry, learner_state: LearnerState) -> LoopCarry:
+        """``carry`` with a new learner state, the actors acting with its online network.
+
+        The actors get a copy: the compiled path donates the carry, and a buffer cannot be
+        donated twice.
+        """
+        actor = jax.tree.map(
+            lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, learner_state.online
+        )
+        report = jnp.stack([learner_state.updates.astype(jnp.float32), carry.last_loss])
+        return dataclasses.replace(carry, learner=learner_state, actor=actor, actor_report=report)
+
+    def checkpoint_state(self, carry: LoopCarry, games: int, save_replay: bool) -> dict[str, Any]:
+        """What a checkpoint holds: learner, counters, RNG key, and the replay unless opted out.
+
+        The replay is saved with the latest update's priorities written. The pending step,
+        the actors' network and their core state are not saved: environments cannot be
+        checkpointed, so a resumed run starts new episodes, acting with the learner's network.
+        """
+        state = {
+            "learner": carry.learner,
+            "counters": {
+                "env_steps": carry.env_steps,
+                "credit": carry.credit,
+                "games": jnp.asarray(games, jnp.int32),
+            },
+            "key": carry.key,
+        }
+        if save_replay:
+            replay = carry.replay
+            if carry.deferred is not None:
+                replay = self._write_deferred(replay, carry.deferred)
+            state["replay"] = replay
+        return state
 
     def _act_on(self, carry: LoopCarry, observation, first, valid) -> tuple[LoopCarry, jax.Array]:
-        key, act_key = jax.random.split(carry.key)
-        epsilon = self._epsilon(carry.env_steps)
-        actions, before, after = self._act(
-            carry.learner.online, observation, carry.core, first, act_key, epsilon
+        key, core, pending, actions = self._act_step(
+            carry.key, carry.core, carry.actor, carry.env_steps, observation, first, valid
         )
-        pending = Pending(observation, actions, first, valid, before)
-        return eqx.tree_at(
-            lambda c: (c.key, c.core, c.pending),
-            carry,
-            (key, after, pending),
-            is_leaf=lambda x: x is None,
-        ), actions
+        carry = dataclasses.replace(carry, key=key, core=core, pending=pending)
+        return carry, actions
 
-    def _learn_once(self, learner_state: LearnerState, replay_state: Any, key: jax.Array):
-        batch, info = self.replay.sample(replay_state, key, self._batch_size)
-        # Materialise the batch: fused into its consumer, the frame gather turns XLA:CPU's
-        # convolutions into slow generic loops (measured).
-        batch = jax.lax.optimization_barrier(batch)
+    def _act_step(self, key, core, actor, env_steps, observation, first, valid):
+        key, act_key = jax.random.split(key)
+        epsilon = self._epsilon(env_steps)
+        actions, before, after = self._act(actor, observation, core, first, act_key, epsilon)
+        return key, after, Pending(observation, actions, first, valid, before), actions
+
+    def _act_fields(self, ts: TimeStep, key, core, actor, report, env_steps):
+        """Host path: act on ``ts`` with the actors' network."""
+        key, core, pending, actions = self._act_step(
+            key, core, actor, env_steps, ts.observation, ts.first, ts.valid
+        )
+        return key, core, pending, actions, report
+
+    def _write_deferred(self, replay_state: Any, deferred: Deferred) -> Any:
+        """The replay with the latest update's priorities written (if an update has run)."""
+        written = self.replay.update_priorities(
+            replay_state, deferred.indices, deferred.priorities, deferred.sampled_at
+        )
+        return replay_state._replace(
+            weight=jnp.where(deferred.valid, written.weight, replay_state.weight),
+            max_priority=jnp.where(deferred.valid, written.max_priority, replay_state.max_priority),
+        )
+
+    def _sample_fields(self, replay_state: Any, deferred: Deferred | None, key: jax.Array):
+        """Write the previous update's priorities, then draw a batch (replay → batch)."""
+        if deferred is not None:
+            replay_state = self._write_deferred(replay_state, deferred)
+        key, sub = jax.random.split(key)
+        batch, info = self.replay.sample(replay_state, sub, self._batch_size)
+        return replay_state, key, batch, info.indices, replay_state.cursor
+
+    def _update_fields(self, learner_state, batch, indices, sampled_at, sums, count):
+        """One update on a sampled batch; its priorities are deferred to the next sample."""
         learner_state, aux = self._update(learner_state, batch)
-        if self._prioritized:
-            replay_state = self.replay.update_priorities(replay_state, info.indices, aux.priorities)
         metrics = jnp.stack([jnp.asarray(aux.metrics[m], jnp.float32) for m in METRICS])
-        return learner_state, replay_state, metrics
+        deferred = None
+        if self._prioritized:
+            deferred = Deferred(indices, aux.priorities, sampled_at, jnp.ones((), bool))
+        return learner_state, deferred, sums + metrics, count + 1, metrics[0]
 
-    def _insert(self, carry: LoopCarry, reward, terminated, truncated) -> LoopCarry:
+    def _handoff(self, carry: LoopCarry) -> tuple[Any, jax.Array]:
+        """The actors' network and report at an update: the learner's before it."""
+        report = jnp.stack([carry.learner.updates.astype(jnp.float32), carry.last_loss])
+        return carry.learner.online, report
+
+    def _learn_host(self, carry: LoopCarry) -> LoopCarry:
+        """Host path: one update, dispatched without waiting for it."""
+        actor, report = carry.learner.online, self._jit_report(carry)
+        replay, key, batch, indices, sampled_at = self._jit_sample(
+            carry.replay, carry.deferred, carry.key
+        )
+        learner, deferred, sums, count, loss = self._jit_update(
+            carry.learner, batch, indices, sampled_at, carry.metric_sums, carry.metric_count
+        )
+        return dataclasses.replace(
+            carry, learner=learner, replay=replay, key=key, deferred=deferred, metric_sums=sums,
+            metric_count=count, last_loss=loss, actor=actor, actor_report=report,
+        )  # fmt: skip
+
+    @staticmethod
+    @jax.jit
+    def _report_of(updates: jax.Array, last_loss: jax.Array) -> jax.Array:
+        return jnp.stack([updates.astype(jnp.float32), last_loss])
+
+    def _jit_report(self, carry: LoopCarry) -> jax.Array:
+        return self._report_of(carry.learner.updates, carry.last_loss)
+
+    def _insert_fields(self, ts: TimeStep, replay_state, pending: Pending, env_steps, credit):
         """Insert the pending step with the environment's answer; credit the transitions."""
-        p = carry.pending
+        p = pending
         step = StepBatch(
             observation=p.observation,
             action=p.action,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
+            reward=ts.reward,
+            terminated=ts.terminated,
+            truncated=ts.truncated,
             first=p.first,
             valid=p.valid,
             core_state=p.core_state,
         )
-        env_steps = carry.env_steps + self.num_envs
+        env_steps = env_steps + self.num_envs
         learning = env_steps >= self._min_size
-        return eqx.tree_at(
-            lambda c: (c.replay, c.env_steps, c.credit),
-            carry,
-            (
-                self.replay.add(carry.replay, step),
-                env_steps,
-                jnp.where(learning, carry.credit + self.num_envs, carry.credit),
-            ),
-        )
+        credit = jnp.where(learning, credit + self.num_envs, credit)
+        return self.replay.add(replay_state, step), env_steps, credit
 
-    def _learn_fields(self, replay_state: Any, fields: tuple) -> tuple:
-        """One update on the fields that learning changes (the frames stay outside)."""
-        learner_state, weight, top, credit, key, sums, count, _ = fields
-        key, sub = jax.random.split(key)
-        replay_now = replay_state._replace(weight=weight, max_priority=top)
-        learner_state, replay_now, metrics = self._learn_once(learner_state, replay_now, sub)
-        return (
-            learner_state,
-            replay_now.weight,
-            replay_now.max_priority,
-            credit - self._update_period,
-            key,
-            sums + metrics,
-            count + 1,
-            metrics[0],
+    def _learn_once(self, carry: LoopCarry) -> LoopCarry:
+        """One update (compiled path), in the host path's order: hand-off, sample, update."""
+        actor, report = self._handoff(carry)
+        replay, key, batch, indices, sampled_at = self._sample_fields(
+            carry.replay, carry.deferred, carry.key
         )
-
-    @staticmethod
-    def _fields(carry: LoopCarry) -> tuple:
-        return (
-            carry.learner,
-            carry.replay.weight,
-            carry.replay.max_priority,
-            carry.credit,
-            carry.key,
-            carry.metric_sums,
-            carry.metric_count,
-            carry.last_loss,
+        # Materialise the batch: fused into its consumer, the frame gather turns XLA:CPU's
+        # convolutions into slow generic loops (measured).
+        batch = jax.lax.optimization_barrier(batch)
+        learner, deferred, sums, count, loss = self._update_fields(
+            carry.learner, batch, indices, sampled_at, carry.metric_sums, carry.metric_count
         )
-
-    @staticmethod
-    def _with_fields(carry: LoopCarry, fields: tuple) -> LoopCarry:
-        learner, weight, top, credit, key, sums, count, last_loss = fields
-        return LoopCarry(
-            learner=learner,
-            replay=carry.replay._replace(weight=weight, max_priority=top),
-            key=key,
-            env_steps=carry.env_steps,
-            credit=credit,
-            core=carry.core,
-            pending=carry.pending,
-            metric_sums=sums,
-            metric_count=count,
-            last_loss=last_loss,
-        )
-
-    def _learn(self, carry: LoopCarry) -> LoopCarry:
-        """One learner update (host path: called once per due update)."""
-        return self._with_fields(carry, self._learn_fields(carry.replay, self._fields(carry)))
+        return dataclasses.replace(
+            carry, learner=learner, replay=replay, key=key, deferred=deferred, metric_sums=sums,
+            metric_count=count, last_loss=loss, actor=actor, actor_report=report,
+            credit=carry.credit - self._update_period,
+        )  # fmt: skip
 
     def _learn_due(self, carry: LoopCarry) -> LoopCarry:
         """Every due update, under ``cond`` (compiled path: inside ``lax.scan``).
@@ -376,16 +475,35 @@ class Loop:
         At most ``max_updates`` are due per vector step; only the fields learning changes go
         through the ``cond``, the frames are read from outside so XLA never copies them.
         """
-        fields = self._fields(carry)
-        learn = partial(self._learn_fields, carry.replay)
+
+        def pack(c: LoopCarry) -> tuple:
+            return (
+                c.learner, c.replay.weight, c.replay.max_priority, c.key, c.deferred,
+                c.metric_sums, c.metric_count, c.last_loss, c.actor, c.actor_report, c.credit,
+            )  # fmt: skip
+
+        def unpack(fields: tuple) -> LoopCarry:
+            learner, weight, top, key, deferred, sums, count, loss, actor, report, credit = fields
+            replay = carry.replay._replace(weight=weight, max_priority=top)
+            return dataclasses.replace(
+                carry, learner=learner, replay=replay, key=key, deferred=deferred,
+                metric_sums=sums, metric_count=count, last_loss=loss, actor=actor,
+                actor_report=report, credit=credit,
+            )  # fmt: skip
+
+        fields = pack(carry)
         for _ in range(self._max_updates):
-            fields = jax.lax.cond(fields[3] >= self._update_period, learn, lambda f: f, fields)
-        return self._with_fields(carry, fields)
+            fields = jax.lax.cond(
+                fields[-1] >= self._update_period,
+                lambda f: pack(self._learn_once(unpack(f))),
+                lambda f: f,
+                fields,
+            )
+        return unpack(fields)
 
     def _act_and_report(self, carry: LoopCarry, ts: TimeStep):
         carry, actions = self._act_on(carry, ts.observation, ts.first, ts.valid)
-        report = jnp.stack([carry.learner.updates.astype(jnp.float32), carry.last_loss])
-        return carry, actions, report
+        return carry, actions, carry.actor_report
 
     # -------------------------------------------------------------------------- host path
 
@@ -394,9 +512,11 @@ class Loop:
 
     def _step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
         """The compiled path's body: insert, every due update, act (the host path's order)."""
-        carry = self._insert(carry, ts.reward, ts.terminated, ts.truncated)
-        carry = self._learn_due(carry)
-        return self._act_and_report(carry, ts)
+        replay, env_steps, credit = self._insert_fields(
+            ts, carry.replay, carry.pending, carry.env_steps, carry.credit
+        )
+        carry = dataclasses.replace(carry, replay=replay, env_steps=env_steps, credit=credit)
+        return self._act_and_report(self._learn_due(carry), ts)
 
     # ---------------------------------------------------------------------- compiled path
 
@@ -429,26 +549,6 @@ class Loop:
         return carry, handle, prev_done, outputs
 
 
-def checkpoint_state(carry: LoopCarry, games: int, save_replay: bool) -> dict[str, Any]:
-    """What a checkpoint holds: learner, counters, RNG key, and the replay unless opted out.
-
-    The pending step and the actors' core state are not saved: environments cannot be
-    checkpointed, so a resumed run starts new episodes.
-    """
-    state = {
-        "learner": carry.learner,
-        "counters": {
-            "env_steps": carry.env_steps,
-            "credit": carry.credit,
-            "games": jnp.asarray(games, jnp.int32),
-        },
-        "key": carry.key,
-    }
-    if save_replay:
-        state["replay"] = carry.replay
-    return state
-
-
 def _chunk_length(every: int, num_envs: int, longest: int = 1000) -> int:
     """Vector steps per compiled chunk: the longest (up to ``longest``) that divides the
     events' common period, so that logs, evaluations and checkpoints fall exactly on their
@@ -470,8 +570,8 @@ class Trainer:
     stopped_by_signal: bool = field(default=False, init=False)
 
     def state_of(self, carry: LoopCarry, games: int) -> dict[str, Any]:
-        """The checkpointable run state (see :func:`checkpoint_state`)."""
-        return checkpoint_state(carry, games, self.config.save_replay)
+        """The checkpointable run state (see :meth:`Loop.checkpoint_state`)."""
+        return self.loop.checkpoint_state(carry, games, self.config.save_replay)
 
     def checkpoint(self, carry: LoopCarry, games: int) -> None:
         env_steps = int(carry.env_steps)

@@ -422,7 +422,7 @@ def _run(
 
     from zoo.checkpoint import Checkpointer, CheckpointError
     from zoo.envs import evaluate
-    from zoo.loop import Loop, LoopConfig, NonFiniteLossError, Trainer, checkpoint_state
+    from zoo.loop import Loop, LoopConfig, NonFiniteLossError, Trainer
     from zoo.metrics import MetricsLogger, read_jsonl
 
     _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj)
@@ -467,7 +467,7 @@ def _run(
         step = checkpointer.latest_step()
         if step is None:
             raise RunError(f"cannot resume {run_path}: it has no complete checkpoint yet")
-        template = checkpoint_state(carry, 0, settings.save_replay)
+        template = loop.checkpoint_state(carry, 0, settings.save_replay)
         try:
             restored, meta = checkpointer.restore(template, step)
         except CheckpointError as e:
@@ -477,16 +477,11 @@ def _run(
         # opted-out replay starts empty)
         replay_state = replay.seal(restored["replay"]) if "replay" in restored else carry.replay
         carry = eqx.tree_at(
-            lambda c: (c.learner, c.replay, c.key, c.env_steps, c.credit),
+            lambda c: (c.replay, c.key, c.env_steps, c.credit),
             carry,
-            (
-                restored["learner"],
-                replay_state,
-                restored["key"],
-                counters["env_steps"],
-                counters["credit"],
-            ),
+            (replay_state, restored["key"], counters["env_steps"], counters["credit"]),
         )
+        carry = loop.with_learner(carry, restored["learner"])
         games = int(counters["games"])
         resume_from = int(meta["env_steps"])
     logger = MetricsLogger(run_path, resume_from=resume_from)

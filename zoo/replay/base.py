@@ -217,7 +217,11 @@ class Replay(abc.ABC):
         return state._replace(valid=valid)
 
     def update_priorities(
-        self, state: ReplayState, indices: Array, priorities: Array
+        self,
+        state: ReplayState,
+        indices: Array,
+        priorities: Array,
+        sampled_at: Array | None = None,
     ) -> ReplayState:
         """Write new priorities ``p`` of sampled items (a no-op for uniform replay).
 
@@ -226,9 +230,12 @@ class Replay(abc.ABC):
           indices: ``[B]`` ``SampleInfo.indices`` of the batch.
           priorities: ``[B]`` new priorities (``LossAux.priorities``). Each becomes
             ``max(p, PRIORITY_FLOOR)^α``; non-finite ones are replaced by the running maximum.
-            With duplicate indices one of the writes wins. An item overwritten by ``add``
-            between its ``sample`` and this call receives the priority meant for the old one
-            (harmless when updates follow samples without adds in between, as in the loop).
+            With duplicate indices one of the writes wins.
+          sampled_at: the replay's ``cursor`` when the batch was sampled, when steps were
+            added between the sample and this call (the loop writes an update's priorities
+            just before the next sample, so that acting overlaps the update). An item whose
+            first slot was overwritten since then now holds a new transition and keeps the
+            priority it entered with. ``None``: no step was added in between.
         """
         if state.weight is None:
             return state
@@ -237,7 +244,14 @@ class Replay(abc.ABC):
         top = jnp.maximum(state.max_priority, jnp.max(jnp.where(finite, p, 0.0)))
         p = jnp.maximum(jnp.where(finite, p, top), PRIORITY_FLOOR)
         items = self.items_per_env
-        weight = state.weight.at[indices // items, indices % items].set(p**self.priority_exponent)
+        env, item = indices // items, indices % items
+        new = p**self.priority_exponent
+        if sampled_at is not None:
+            cap = self.capacity_per_env
+            added = state.cursor - sampled_at
+            overwritten = jnp.remainder(item * self.period - sampled_at, cap) < added
+            new = jnp.where(overwritten, state.weight[env, item], new)
+        weight = state.weight.at[env, item].set(new)
         return state._replace(weight=weight, max_priority=top)
 
     # ------------------------------------------------------------------------ reading
