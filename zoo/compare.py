@@ -459,13 +459,11 @@ def format_markdown(comparison: Comparison, title: str = "Comparison") -> str:
     out.append("|" + "---|" * len(_HEADER))
     out.extend("| " + " | ".join(_cells(r)) + " |" for r in comparison.rows)
     out += ["", *(f"- {n}" for n in _footnotes(comparison))]
-    sources = {r.series: r.series_label for r in comparison.rows if r.series}
+    sources = {s.id: s for g in comparison.groups for s in g.series}
     if sources:
         out += ["", "Reference series:"]
-        for series_id in sorted(sources):
-            s = ref_lib.load_series(series_id) if "/" in series_id else None
-            src = f": {s.source}" if s is not None and s.source else ""
-            out.append(f"- `{series_id}` ({sources[series_id]}){src}")
+        for series_id, s in sorted(sources.items()):
+            out.append(f"- `{series_id}` ({s.label}; {s.kind_label}): {s.source or 'no source'}")
     out += [
         "",
         "Statistics: `evaluation` = the greedy evaluation at the budget (eval.jsonl); "
