@@ -162,3 +162,12 @@ def test_compare_names_what_is_not_a_run(capsys, tmp_path):
     assert code == 1 and "no zoo run directory" in err
     code, out, _ = run_cli(capsys, "compare", "--list-series", "dopamine/*")
     assert code == 0 and "dopamine/dqn_adam_mse" in out and "machado_2018" in out
+
+
+def test_games_resolve_from_every_spelling_of_the_reference_tables():
+    from zoo.reproduce import game_env_id
+
+    assert game_env_id("space_invaders") == "SpaceInvaders-v5"
+    assert game_env_id("ms_pacman") == "MsPacman-v5"
+    assert game_env_id("PongNoFrameskip-v4") == "Pong-v5"
+    assert game_env_id("CartPole-v1") == "CartPole-v1"

@@ -241,9 +241,9 @@ def check_protocol(series: Series, protocol: str) -> None:
         raise ProtocolMismatchError(
             f"reference series {series.id} was measured under protocol {series.protocol!r} but "
             f"the run uses {protocol!r}; results of different protocols (sticky actions, no-op "
-            "starts, life loss, evaluation ε) are not comparable. Choose a series of protocol "
-            f"{protocol!r} (`zoo compare --list-series` lists them) or train under "
-            f"{series.protocol!r} (--protocol {series.protocol})."
+            f"starts, life loss, evaluation ε) are not comparable. Choose a series of protocol "
+            f"{protocol!r} (`zoo compare --list-series` lists them), or compare runs trained "
+            f"under {series.protocol!r} (`zoo train ... --protocol {series.protocol}`)."
         )
 
 
