@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+#: Submodules reachable as attributes (``zoo.reference.load_series``, ``zoo.compare.compare``).
+_MODULES = ("compare", "reference", "registry", "reproduce", "spec")
+
 _EXPORTS = {
     "AlgorithmSpec": "zoo.spec",
     "Preset": "zoo.spec",
@@ -42,6 +45,7 @@ _EXPORTS = {
     "load_policy": "zoo.run",
     "evaluate_run": "zoo.run",
     "Learner": "zoo.learner",
+    "load_series": "zoo.reference",
 }
 
 __all__ = [  # noqa: RUF022 - grouped as in _EXPORTS
@@ -67,17 +71,22 @@ __all__ = [  # noqa: RUF022 - grouped as in _EXPORTS
     "load_policy",
     "evaluate_run",
     "Learner",
+    "load_series",
+    "compare",
+    "reproduce",
+    "reference",
     "registry",
     "spec",
     "__version__",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zoo import registry, spec
+    from zoo import compare, reference, registry, reproduce, spec
     from zoo.learner import Learner
     from zoo.losses import Loss, build_loss
     from zoo.networks import build_network
     from zoo.optimizers import build_optimizer
+    from zoo.reference import load_series
     from zoo.run import evaluate_run, load_policy, train
     from zoo.schedules import build_schedule
     from zoo.spec import (
@@ -95,7 +104,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("registry", "spec"):
+    if name in _MODULES:
         return importlib.import_module(f"zoo.{name}")
     module = _EXPORTS.get(name)
     if module is None:
@@ -105,7 +114,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-assert set(__all__) == {*_EXPORTS, "registry", "spec", "__version__"}
+assert set(__all__) == {*_EXPORTS, *_MODULES, "__version__"}
 
 
 def __dir__() -> list[str]:

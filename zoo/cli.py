@@ -6,6 +6,9 @@
     zoo train ALGORITHM|PRESET|FILE [--env ID] [--steps N] [--seed S] [--set KEY=VALUE ...]
               [--run-dir DIR] [--resume DIR] ...
     zoo eval RUN_DIR [--episodes N]
+    zoo compare RUN_DIR... [--reference SERIES] [--out DIR] [--record ours/NAME]
+    zoo compare --list-series [PATTERN]
+    zoo reproduce PRESET [--games G ...] [--seeds N] [--frames N] [--run-dir DIR]
 
 Spec errors are printed one per line (file, entry, field path, problem) with exit status 2; no
 traceback. User components enter through ``--plugin MODULE`` (repeatable) or the ``ZOO_PLUGINS``
@@ -19,6 +22,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from zoo import __version__, registry, spec
 
@@ -161,6 +165,91 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reference_error(command: str, error: Exception) -> int:
+    """A refused comparison (protocol mismatch, unknown series): one line, exit status 2."""
+    print(f"zoo {command}: {error}", file=sys.stderr)
+    return EXIT_SPEC_ERROR
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from zoo import compare as compare_lib
+    from zoo import reference as ref_lib
+
+    if args.list_series:
+        pattern = args.run_dirs[0] if args.run_dirs else None
+        rows = []
+        for series_id in ref_lib.series_ids(pattern):
+            s = ref_lib.load_series(series_id)
+            rows.append((series_id, s.protocol, s.statistic, s.kind_label, s.label))
+        widths = [max((len(r[i]) for r in rows), default=0) for i in range(4)]
+        for row in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)), row[4])
+        return 0 if rows else 1
+    if not args.run_dirs:
+        print("zoo compare: name run directories (or folders holding them)", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    try:
+        comparison = compare_lib.compare(args.run_dirs, reference=args.reference)
+    except compare_lib.CompareError as e:
+        print(f"zoo compare: {e}", file=sys.stderr)
+        return 1
+    except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
+        return _reference_error("compare", e)
+    runs = [r.path for g in comparison.groups for r in g.runs]
+    out = args.out or compare_lib.default_out_dir(runs)
+    paths = compare_lib.write_outputs(comparison, out)
+    print(compare_lib.format_table(comparison), end="")
+    print(f"wrote {paths['md']}, {paths['json'].name}, {paths['png'].name}")
+    if args.record:
+        import yaml
+
+        try:
+            entry = compare_lib.record_series(
+                comparison, args.record, source=args.record_source or ", ".join(map(str, runs))
+            )
+        except (compare_lib.CompareError, ValueError) as e:
+            return _reference_error("compare", e)
+        target = Path(out) / f"series-{args.record.replace('/', '_')}.yaml"
+        target.write_text(yaml.safe_dump(entry, sort_keys=False), encoding="utf-8")
+        print(
+            f"recorded {args.record} in {target} (compare with --reference {target}; ship it "
+            "as zoo/reference_data/ours/NAME.yaml)"
+        )
+    return 0
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from zoo import reference as ref_lib
+    from zoo.compare import CompareError, format_table
+    from zoo.reproduce import ReproduceError, reproduce
+    from zoo.run import RunError
+
+    try:
+        result = reproduce(
+            args.preset,
+            games=args.games,
+            seeds=args.seeds,
+            frames=args.frames,
+            run_dir=args.run_dir,
+            reference=args.reference,
+            eval_episodes=args.eval_episodes,
+            eval_every=args.eval_every,
+            num_envs=args.num_envs,
+        )
+    except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
+        return _reference_error("reproduce", e)
+    except ReproduceError as e:
+        print(f"zoo reproduce: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except (RunError, CompareError) as e:
+        print(f"zoo reproduce: {e}", file=sys.stderr)
+        return 1
+    print(format_table(result.comparison), end="")
+    outputs = result.outputs
+    print(f"wrote {outputs['md']}, {outputs['json'].name}, {outputs['png'].name}")
+    return 0
+
+
 def _load_plugins(modules: Sequence[str]) -> None:
     env = [m.strip() for m in os.environ.get("ZOO_PLUGINS", "").split(",") if m.strip()]
     for module in [*env, *modules]:
@@ -242,6 +331,59 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=12345, help="evaluation seed")
     p.add_argument("--max-steps", type=int, help="cap on agent steps")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser(
+        "compare",
+        help="compare runs with reference series (table, comparison.md/.json/.png)",
+        description="Group runs by (preset or algorithm, environment, protocol), summarise each "
+        "at its final budget with the statistic of each reference series (greedy evaluation, or "
+        "the mean return of the training games in the series' window), and compare with the "
+        "reference at the same number of frames. A series of another protocol is refused.",
+    )
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="runs, or folders of runs")
+    p.add_argument(
+        "--reference",
+        metavar="SERIES",
+        help="series id (see --list-series) or series file; default: each preset's series",
+    )
+    p.add_argument(
+        "--out",
+        help="where comparison.md/.json/.png go (default: the deepest folder holding all runs)",
+    )
+    p.add_argument(
+        "--list-series",
+        action="store_true",
+        help="list the reference series (RUN_DIR is then a pattern) and exit",
+    )
+    p.add_argument(
+        "--record",
+        metavar="ours/NAME",
+        help="also write these runs as a reference series of ours (not published)",
+    )
+    p.add_argument("--record-source", help="the source line of a recorded series")
+    p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser(
+        "reproduce",
+        help="train a preset on games x seeds (reusing finished runs), then compare",
+        description="Train PRESET under its protocol for each game and seed into "
+        "RUN_DIR/<preset>/<game>/seed<k>, reusing finished runs and resuming partial ones, then "
+        "write the comparison with the preset's reference series into RUN_DIR.",
+    )
+    p.add_argument("preset", help="preset name or file")
+    p.add_argument("--games", nargs="+", help="games or env ids (default: the preset's)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (default 1)")
+    p.add_argument(
+        "--frames",
+        type=int,
+        help="budget in frames (agent steps = frames / frame skip); default: the preset's",
+    )
+    p.add_argument("--run-dir", default="reproduce", help="output folder (default ./reproduce)")
+    p.add_argument("--reference", metavar="SERIES", help="compare with this series instead")
+    p.add_argument("--eval-episodes", type=int, default=10, help="games per evaluation")
+    p.add_argument("--eval-every", type=int, help="transitions between evaluations")
+    p.add_argument("--num-envs", type=int, help="parallel environments (default: the preset's)")
+    p.set_defaults(func=_cmd_reproduce)
     return parser
 
 

@@ -1,0 +1,218 @@
+"""``zoo reproduce``: run a preset under its protocol on games × seeds, then compare.
+
+Each (game, seed) trains into ``RUN_DIR/<preset>/<game>/seed<k>`` through :func:`zoo.run.train`:
+
+- a run whose newest checkpoint has reached the budget is **reused** (not retrained);
+- a run with a checkpoint short of the budget is **resumed** from it (``train(resume=...)``);
+- a folder without any checkpoint (a run killed before its first one) is started afresh;
+- a folder holding a run of another preset, environment, protocol or seed is refused.
+
+Then the runs are compared with the preset's reference series exactly as ``zoo compare`` does
+(:mod:`zoo.compare`), at the budget trained to, and ``comparison.md``, ``comparison.json`` and
+``comparison.png`` are written into ``RUN_DIR``. ``frames`` sets the budget in frames: agent steps =
+frames / the protocol's frame skip (4 on Atari, 1 elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from zoo import compare as compare_lib
+from zoo import reference as ref_lib
+from zoo import spec as spec_lib
+
+__all__ = ["ReproduceError", "ReproduceResult", "game_env_id", "reproduce"]
+
+
+class ReproduceError(ValueError):
+    """``zoo reproduce`` cannot run as asked; the message says why and what to do."""
+
+
+@dataclass
+class ReproduceResult:
+    """What :func:`reproduce` did: per run its directory and status, and the comparison."""
+
+    runs: list[tuple[Path, str]]
+    comparison: compare_lib.Comparison
+    outputs: dict[str, Path] = field(default_factory=dict)
+    env_steps: int = 0
+
+
+def game_env_id(game: str) -> str:
+    """The environment id of a game as a preset or user spells it.
+
+    Any id :func:`zoo.envs.resolve_env` accepts (``"Pong-v5"``, ``"PongNoFrameskip-v4"``,
+    ``"CartPole-v1"``, ``"MinAtar/Breakout-v1"``), and the snake-case names of the reference
+    tables (``"space_invaders"`` → ``"SpaceInvaders-v5"``).
+    """
+    from zoo.envs import UnknownEnvironmentError, UnsupportedEnvironmentError, resolve_env
+
+    try:
+        return resolve_env(game).env_id
+    except (UnknownEnvironmentError, UnsupportedEnvironmentError) as first:
+        from envpool.registration import registry
+
+        key = ref_lib.game_key(game)
+        for name, entry in registry.specs.items():
+            if (
+                entry[0] == "envpool.atari"
+                and name.endswith("-v5")
+                and ref_lib.game_key(name) == key
+            ):
+                return name
+        raise ReproduceError(str(first)) from None
+
+
+def _frame_skip(protocol: str) -> int:
+    from zoo.envs import get_protocol
+
+    return get_protocol(protocol).frame_skip
+
+
+def _run_state(run_dir: Path) -> int | None:
+    """The env steps of the newest complete checkpoint of ``run_dir``, or ``None``."""
+    ckpt = run_dir / "checkpoints"
+    if not ckpt.is_dir() or not any(ckpt.iterdir()):
+        return None
+    from zoo.checkpoint import Checkpointer
+
+    checkpointer = Checkpointer(ckpt)
+    try:
+        return checkpointer.latest_step()
+    finally:
+        checkpointer.close()
+
+
+def _check_same_run(run_dir: Path, expected: dict[str, Any]) -> None:
+    settings = yaml.safe_load((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    wrong = {k: (settings.get(k), v) for k, v in expected.items() if settings.get(k) != v}
+    if wrong:
+        what = ", ".join(f"{k} {have!r} (expected {want!r})" for k, (have, want) in wrong.items())
+        raise ReproduceError(
+            f"{run_dir} holds another run: {what}; choose another --run-dir or remove it"
+        )
+
+
+def _fresh(run_dir: Path) -> None:
+    """Clear what a run killed before its first checkpoint left (records without a state)."""
+    for name in ("metrics.jsonl", "eval.jsonl", "tb", "checkpoints"):
+        target = run_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
+def reproduce(
+    preset: str,
+    *,
+    games: Sequence[str] | None = None,
+    seeds: int = 1,
+    frames: int | None = None,
+    run_dir: str | os.PathLike[str] = "reproduce",
+    reference: str | None = None,
+    eval_episodes: int = 10,
+    eval_every: int | None = None,
+    num_envs: int | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> ReproduceResult:
+    """Train ``preset`` on games × seeds (reusing or resuming runs), then compare.
+
+    Args:
+      preset: a preset name or file.
+      games: games or environment ids (default: the preset's ``env.games``, else ``env.id``).
+      seeds: seeds ``0 .. seeds-1``.
+      frames: budget in frames (default: the preset's budget); agent steps = frames / frame skip.
+      run_dir: the folder holding ``<preset>/<game>/seed<k>`` and the comparison files.
+      reference: a series id to compare with instead of the preset's (same protocol only).
+      eval_episodes, eval_every: evaluation size and cadence (transitions) of each run.
+      num_envs: parallel environments (default: the preset's).
+      progress: show each run's progress line on a terminal.
+      log: where status lines go.
+
+    Raises:
+      ReproduceError: the preset has no budget and no ``frames`` was given, a game is unknown, or a
+        run folder holds another run.
+      zoo.reference.ProtocolMismatchError: ``reference`` has another protocol than the preset.
+    """
+    from zoo.run import train
+
+    if seeds < 1:
+        raise ReproduceError(f"--seeds must be at least 1, not {seeds}")
+    loaded = spec_lib.load_preset(preset)
+    protocol = loaded.env.protocol
+    skip = _frame_skip(protocol)
+    if reference is not None:  # refuse a cross-protocol comparison before training anything
+        ref_lib.check_protocol(ref_lib.load_series(reference), protocol)
+    if frames is not None:
+        if frames < skip:
+            raise ReproduceError(f"--frames {frames} is less than one agent step ({skip} frames)")
+        steps = frames // skip
+        if steps * skip != frames:
+            log(
+                f"note: {frames:,} frames is not a multiple of the frame skip {skip}; "
+                f"training {steps:,} agent steps ({steps * skip:,} frames)"
+            )
+    elif loaded.budget is not None:
+        steps = loaded.budget.agent_steps
+    else:
+        raise ReproduceError(f"preset {loaded.name} has no budget; give --frames N")
+    names = list(games or loaded.env.games or ([loaded.env.id] if loaded.env.id else []))
+    if not names:
+        raise ReproduceError(f"preset {loaded.name} names no environment; give --games")
+    env_ids = [game_env_id(g) for g in names]
+    root = Path(run_dir)
+    done: list[tuple[Path, str]] = []
+    log(
+        f"reproducing {loaded.name} ({protocol}) on {', '.join(env_ids)} × {seeds} seed(s) at "
+        f"{steps:,} agent steps = {steps * skip:,} frames, in {root}"
+    )
+    for env_id in env_ids:
+        folder = env_id.replace("/", "_")
+        for seed in range(seeds):
+            path = root / loaded.name / folder / f"seed{seed}"
+            have = _run_state(path) if (path / "run.yaml").is_file() else None
+            common = dict(
+                eval_every=eval_every,
+                eval_episodes=eval_episodes,
+                progress=progress,
+                num_envs=num_envs,
+            )
+            if have is not None:
+                _check_same_run(
+                    path, {"preset": loaded.name, "env": env_id, "protocol": protocol, "seed": seed}
+                )
+            if have is not None and have >= steps:
+                status = f"reused (finished at {have:,} env steps)"
+            elif have is not None:
+                log(f"{path}: resuming from {have:,} env steps")
+                train(resume=path, total_env_steps=steps, progress=progress)
+                status = f"resumed from {have:,} env steps"
+            else:
+                if path.exists():
+                    _fresh(path)
+                log(f"{path}: training {steps:,} env steps")
+                train(
+                    preset,
+                    env=env_id,
+                    total_env_steps=steps,
+                    seed=seed,
+                    run_dir=path,
+                    **common,
+                )
+                status = "trained"
+            log(f"{path}: {status}")
+            done.append((path, status))
+    comparison = compare_lib.compare([p for p, _ in done], reference=reference, env_steps=steps)
+    outputs = compare_lib.write_outputs(
+        comparison, root, title=f"zoo reproduce {loaded.name} ({steps * skip:,} frames)"
+    )
+    return ReproduceResult(runs=done, comparison=comparison, outputs=outputs, env_steps=steps)
