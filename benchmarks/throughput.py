@@ -1,37 +1,46 @@
-"""Throughput of the zoo's trainer: env steps/s while learning, and the isolated update rate.
+"""Throughput of the zoo's trainer beside the peers', one workload per child process.
 
-    python benchmarks/throughput.py               # all workloads
-    python benchmarks/throughput.py --quick       # shorter timings
+    python benchmarks/throughput.py                  # every workload; peers where installed
+    python benchmarks/throughput.py --quick          # shorter windows
+    python benchmarks/throughput.py --only breakout,cartpole-8 --peers-python /path/bin/python
+    python benchmarks/throughput.py --worker zoo:breakout    # one workload, one JSON line
 
 Workloads (the settings of the performance issue's table):
 
-- ``update``: one jitted DQN learner update alone (Nature CNN, batch 32, Adam) on a fixed batch.
-- ``breakout``: DQN on Breakout-v5, Nature CNN, batch 32, one update per 4 transitions, 1 env.
-- ``cartpole-1`` / ``cartpole-8``: DQN on CartPole-v1, MLP 120-84, batch 128, one update per 10
-  transitions, ε = 0.05, with 1 and 8 envs.
+- ``breakout``: DQN on Breakout-v5 (Nature CNN, batch 32, one update per 4 env steps, 1 env).
+- ``cartpole-1`` / ``cartpole-8``: DQN on CartPole-v1 (MLP 120-84, batch 128, one update per 10
+  transitions, ε = 0.05) with 1 and 8 envs (8 envs: 4 updates every 5 vector steps).
+- ``seeds-8``: ``cartpole-8`` for 8 seeds vmapped in one program (64 envs in one pool).
+- ``update``: the isolated DQN update (Nature CNN, batch 32, Adam) on a fixed batch.
+- ``memory``: a 1M-transition Atari replay filled, resident memory read from ``/proc``.
+- ``algorithms``: cost per update (sample from a full 1M-item replay + update) of DQN, C51,
+  QR-DQN, M-DQN and the prioritised variants; R2D2 per learned transition.
 
-Each loop workload is timed on both loop paths (host and compiled) after a warm-up that fills the
-replay past ``min_size`` and compiles everything; figures are medians over repeats. This is a
-benchmark, not a test: it prints figures and asserts nothing about time.
+Each ``zoo`` loop workload runs the real trainer (:func:`zoo.train`, the path ``zoo train``
+takes) and reads env steps/s between two training records after the warm-up (replay past
+``min_size``, everything compiled), so compile time and the final evaluation are outside the
+window. Pieces (env step, act, insert, sample, update) are timed alone in the same process, so
+the next bottleneck is visible. Peers (SB3, SBX) run through ``benchmarks/peers.py`` with their
+own DQN code. Each workload is a child process; its peak resident memory is the child's
+``ru_maxrss``. This is a benchmark, not a test: it prints figures and asserts nothing about time.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-import zoo
-from zoo.envs import make
-from zoo.learner import Learner
-from zoo.loop import Loop
-from zoo.replay import build_replay
+HERE = Path(__file__).resolve().parent
 
 CARTPOLE = {
     "network.torso": {"kind": "mlp", "sizes": []},
@@ -43,10 +52,110 @@ CARTPOLE = {
     "schedule.epsilon": 0.05,
     "schedule.target_update_period": 50,
 }
+#: The Atari workload's replay is kept small so that memory does not dominate the child; the
+#: ``memory`` workload measures a full 1M replay on its own.
 BREAKOUT = {"replay.capacity": 20_000, "replay.min_size": 1_000}
 
+#: (env id, envs, overrides, warm-up transitions, window transitions, quick window)
+LOOPS: dict[str, tuple[str, int, dict[str, Any], int, int, int]] = {
+    "breakout": ("Breakout-v5", 1, BREAKOUT, 2_000, 4_000, 2_000),
+    "cartpole-1": ("CartPole-v1", 1, CARTPOLE, 20_000, 200_000, 100_000),
+    "cartpole-8": ("CartPole-v1", 8, CARTPOLE, 40_000, 400_000, 200_000),
+}
 
-def build(spec: Any, env_id: str, num_envs: int):
+ALGORITHMS = ("dqn", "c51", "qr_dqn", "mdqn", "prioritized_ddqn", "prioritized_c51", "rainbow")
+
+
+# ------------------------------------------------------------------------------------------
+# Helpers (run inside a worker)
+
+
+def _median_rate(fn: Callable[[], Any], calls: int, repeats: int) -> float:
+    """Median calls per second of ``fn`` (which blocks until its work is done)."""
+    fn()
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rates.append(calls / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def _block(x: Any) -> Any:
+    import jax
+
+    return jax.block_until_ready(x)
+
+
+def _rss() -> dict[str, float]:
+    """Resident and peak resident memory of this process in GiB (``/proc/self/status``)."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024 / 2**30
+    return {"rss_gib": out["VmRSS"], "peak_rss_gib": out["VmHWM"]}
+
+
+def _windowed_rate(records: list[dict[str, Any]], start: int) -> tuple[float, float]:
+    """Env steps/s and updates/s between the first record at or after ``start`` and the last.
+
+    Training records carry rates since the run started; the elapsed time of each record is
+    ``env_steps / env_steps_per_s``, so the window's rate needs no timestamps.
+    """
+    rows = [r for r in records if r["env_steps"] >= start and r.get("env_steps_per_s")]
+    if len(rows) < 2:
+        raise RuntimeError(f"need two training records after env step {start}; got {len(rows)}")
+    a, b = rows[0], rows[-1]
+    ta = a["env_steps"] / a["env_steps_per_s"]
+    tb = b["env_steps"] / b["env_steps_per_s"]
+    return (b["env_steps"] - a["env_steps"]) / (tb - ta), (b["updates"] - a["updates"]) / (tb - ta)
+
+
+def _train_window(
+    env_id: str, num_envs: int, overrides: dict[str, Any], warmup: int, window: int
+) -> dict[str, Any]:
+    """Run the real trainer and measure env steps/s over ``window`` transitions."""
+    import zoo
+    from zoo.metrics import read_jsonl
+
+    log_every = window // 4
+    total = warmup + window
+    with tempfile.TemporaryDirectory() as tmp:
+        result = zoo.train(
+            "dqn",
+            env=env_id,
+            total_env_steps=total,
+            num_envs=num_envs,
+            overrides=overrides,
+            run_dir=Path(tmp) / "run",
+            eval_every=total,
+            eval_episodes=1,
+            eval_max_steps=100,
+            checkpoint_every=total,
+            log_every=log_every,
+            save_replay=False,
+            progress=False,
+        )
+        records = read_jsonl(result.run_dir / "metrics.jsonl")
+        loop = records[-1].get("loop")
+    rate, updates = _windowed_rate(records, warmup)
+    return {"env_steps_per_s": rate, "updates_per_s": updates, "loop": loop}
+
+
+def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """Each piece of a host-path step alone: env step, act, insert, sample, update (ms/call)."""
+    import jax
+    import numpy as np
+
+    import zoo
+    from zoo.envs import make
+    from zoo.learner import Learner
+    from zoo.loop import Loop
+    from zoo.replay import build_replay
+
+    spec = zoo.load_algorithm("dqn", overrides=overrides)
     env = make(env_id, num_envs=num_envs, seed=0)
     net = zoo.build_network(
         spec,
@@ -54,63 +163,109 @@ def build(spec: Any, env_id: str, num_envs: int):
         num_actions=env.num_actions,
         key=jax.random.PRNGKey(0),
     )
-    stack = env.observation_shape[0] if env.is_image else 1
     replay = build_replay(
         spec,
         num_envs=num_envs,
         observation_shape=env.observation_shape,
         observation_dtype=env.observation_dtype,
-        stack=stack,
+        stack=env.observation_shape[0] if env.is_image else 1,
     )
     learner = Learner(spec)
     loop = Loop(spec, env, learner, replay)
     carry = loop.init(learner.init(net, jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
-    return env, loop, carry
+    ts = env.reset()
+    carry, actions = loop.first_act(carry, ts)
+    for _ in range(spec.replay.min_size // num_envs + 2):  # fill past min_size (no updates)
+        ts = env.step(np.asarray(actions))
+        replay_state, steps, credit = loop._jit_insert(
+            ts, carry.replay, carry.pending, carry.env_steps, carry.credit
+        )
+        key, core, pending, actions, _ = loop._jit_act(
+            ts, carry.key, carry.core, carry.actor, carry.actor_report, steps
+        )
+        carry = dataclasses.replace(
+            carry, replay=replay_state, env_steps=steps, credit=credit, key=key, core=core,
+            pending=pending,
+        )  # fmt: skip
+    repeats, calls = (3, 20) if quick else (5, 40)
+    state = {"carry": carry, "ts": ts}
+    action_np = np.asarray(actions)
+
+    def env_step():
+        state["ts"] = env.step(action_np)
+
+    def act():
+        c = state["carry"]
+        out = loop._jit_act(state["ts"], c.key, c.core, c.actor, c.actor_report, c.env_steps)
+        np.asarray(out[3])
+
+    def insert():
+        c = state["carry"]
+        replay_state, steps, credit = loop._jit_insert(
+            state["ts"], c.replay, c.pending, c.env_steps, c.credit
+        )
+        _block(steps)
+        state["carry"] = dataclasses.replace(c, replay=replay_state, env_steps=steps, credit=credit)
+
+    def sample():
+        c = state["carry"]
+        replay_state, key, batch, indices, at = loop._jit_sample(c.replay, c.deferred, c.key)
+        _block(batch)
+        state["carry"] = dataclasses.replace(c, replay=replay_state, key=key)
+        state["batch"] = (batch, indices, at)
+
+    sample()
+
+    def update():
+        c = state["carry"]
+        batch, indices, at = state["batch"]
+        out = loop._jit_update(c.learner, batch, indices, at, c.metric_sums, c.metric_count)
+        _block(out[0].updates)
+        state["carry"] = dataclasses.replace(c, learner=out[0])
+
+    ms = {
+        name: 1000.0 / _median_rate(fn, calls, repeats)
+        for name, fn in (
+            ("env", env_step),
+            ("act", act),
+            ("insert", insert),
+            ("sample", sample),
+            ("update", update),
+        )
+    }
+    env.close()
+    period = spec.schedule.update_period
+    per_vector_step = ms["env"] + ms["act"] + ms["insert"]
+    per_update = ms["sample"] + ms["update"]
+    # serial cost of one vector step: its own pieces + its share of an update
+    serial = per_vector_step + per_update * num_envs / period
+    return {
+        "ms": ms,
+        "serial_env_steps_per_s": num_envs * 1000.0 / serial,
+        "update_only_env_steps_per_s": period * 1000.0 / per_update,
+    }
 
 
-def time_host(loop: Loop, env: Any, carry: Any, warmup: int, steps: int, repeats: int):
-    carry, actions = loop.first_act(carry, env.reset())
-    for _ in range(warmup):
-        carry, actions, _ = loop.step(carry, env.step(np.asarray(actions)))
-    rates, update_rates = [], []
-    for _ in range(repeats):
-        u0 = int(carry.learner.updates)
-        jax.block_until_ready(carry.learner.updates)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            carry, actions, _ = loop.step(carry, env.step(np.asarray(actions)))
-        jax.block_until_ready(carry.learner.updates)
-        dt = time.perf_counter() - t0
-        rates.append(steps * env.num_envs / dt)
-        update_rates.append((int(carry.learner.updates) - u0) / dt)
-    return statistics.median(rates), statistics.median(update_rates)
+# ------------------------------------------------------------------------------------------
+# Workers
 
 
-def time_compiled(loop: Loop, env: Any, carry: Any, warmup: int, steps: int, repeats: int):
-    carry, _ = loop.first_act(carry, env.reset())
-    handle = env.xla()[0]
-    done = jnp.zeros((env.num_envs,), bool)
-    carry, handle, done, _ = loop.chunk(carry, handle, done, warmup)
-    carry, handle, done, _ = loop.chunk(carry, handle, done, steps)  # compile this length
-    rates, update_rates = [], []
-    for _ in range(repeats):
-        u0 = int(carry.learner.updates)
-        t0 = time.perf_counter()
-        carry, handle, done, _ = loop.chunk(carry, handle, done, steps)
-        jax.block_until_ready(carry.learner.updates)
-        dt = time.perf_counter() - t0
-        rates.append(steps * env.num_envs / dt)
-        update_rates.append((int(carry.learner.updates) - u0) / dt)
-    return statistics.median(rates), statistics.median(update_rates)
+def isolated_update(quick: bool) -> float:
+    """Updates/s of a jitted DQN update alone (Nature CNN, batch 32, Adam, fixed batch)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
 
+    import zoo
+    from zoo.learner import Learner
 
-def isolated_update(repeats: int) -> float:
     spec = zoo.load_algorithm("dqn")
     net = zoo.build_network(
         spec, observation_shape=(4, 84, 84), num_actions=4, key=jax.random.PRNGKey(0)
     )
     learner = Learner(spec)
-    state = learner.init(net, jax.random.PRNGKey(1))
+    state = {"s": learner.init(net, jax.random.PRNGKey(1))}
     rng = np.random.default_rng(0)
     batch = zoo.Transition(
         observation=jnp.asarray(rng.integers(0, 255, (32, 4, 84, 84)), jnp.uint8),
@@ -121,50 +276,372 @@ def isolated_update(repeats: int) -> float:
         probability=jnp.full((32,), 1e-3, jnp.float32),
     )
     update = eqx.filter_jit(learner.update)
-    for _ in range(5):
-        state, aux = update(state, batch)
-    jax.block_until_ready(aux.metrics["loss"])
-    rates = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(20):
-            state, aux = update(state, batch)
-        jax.block_until_ready(aux.metrics["loss"])
-        rates.append(20 / (time.perf_counter() - t0))
-    return statistics.median(rates)
+
+    def once():
+        state["s"], aux = update(state["s"], batch)
+        _block(aux.metrics["loss"])
+
+    for _ in range(3):
+        once()
+    return _median_rate(once, 10 if quick else 20, 3 if quick else 5)
 
 
-def main() -> None:
+def work_loop(name: str, quick: bool) -> dict[str, Any]:
+    env_id, num_envs, overrides, warmup, window, quick_window = LOOPS[name]
+    out = _train_window(env_id, num_envs, overrides, warmup, quick_window if quick else window)
+    out["pieces"] = _pieces(env_id, num_envs, overrides, quick)
+    if name == "breakout":
+        out["isolated_updates_per_s"] = isolated_update(quick)
+    return out
+
+
+def work_update(quick: bool) -> dict[str, Any]:
+    return {"updates_per_s": isolated_update(quick)}
+
+
+def work_seeds(quick: bool, seeds: int = 8) -> dict[str, Any]:
+    """``cartpole-8`` for ``seeds`` seeds vmapped in one program, against one seed alone."""
+    from zoo.seeds import time_vmapped_seeds
+
+    window = 100_000 if quick else 200_000
+    many = time_vmapped_seeds("dqn", "CartPole-v1", CARTPOLE, seeds, 8, 40_000, window)
+    one = time_vmapped_seeds("dqn", "CartPole-v1", CARTPOLE, 1, 8, 40_000, window)
+    return {
+        "env_steps_per_s": many["env_steps_per_s"],
+        "updates_per_s": many["updates_per_s"],
+        "single_env_steps_per_s": one["env_steps_per_s"],
+        "seeds": seeds,
+    }
+
+
+def work_memory(quick: bool) -> dict[str, Any]:
+    """Fill a 1M-transition Atari replay (84×84 frames, stack 4) and read resident memory."""
+    import jax
+    import jax.numpy as jnp
+
+    import zoo
+    from zoo.replay import StepBatch, build_replay
+
+    capacity = 1_000_000
+    spec = zoo.load_algorithm(
+        "dqn", overrides={"replay.capacity": capacity, "replay.min_size": 50_000}
+    )
+    replay = build_replay(
+        spec, num_envs=1, observation_shape=(4, 84, 84), observation_dtype=jnp.uint8, stack=4
+    )
+    before = _rss()
+
+    @jax.jit
+    def fill(state):
+        def body(t, state):
+            frame = jnp.full((1, 4, 84, 84), t % 251, jnp.uint8)
+            flags = jnp.zeros((1,), bool)
+            step = StepBatch(
+                observation=frame,
+                action=jnp.zeros((1,), jnp.int32),
+                reward=jnp.zeros((1,), jnp.float32),
+                terminated=flags,
+                truncated=flags,
+                first=flags,
+                valid=~flags,
+                core_state=None,
+            )
+            return replay.add(state, step)
+
+        return jax.lax.fori_loop(0, capacity, body, state)
+
+    fill = jax.jit(fill.__wrapped__, donate_argnums=0)
+    t0 = time.perf_counter()
+    state = _block(fill(replay.init()))
+    seconds = time.perf_counter() - t0
+    after = _rss()
+    assert int(state.cursor) == capacity and int(state.frames[0, -1, 0, 0]) == (capacity - 1) % 251
+    return {
+        "transitions": capacity,
+        "replay_nbytes_gib": replay.nbytes() / 2**30,
+        "frames_only_gib": capacity * 84 * 84 / 2**30,
+        "rss_before_gib": before["rss_gib"],
+        "rss_after_gib": after["rss_gib"],
+        "peak_rss_gib": after["peak_rss_gib"],
+        "replay_resident_gib": after["rss_gib"] - before["rss_gib"],
+        "fill_seconds": seconds,
+    }
+
+
+def work_algorithms(quick: bool) -> dict[str, Any]:
+    """Cost per update (sample from a full 1M-item Atari replay + update), per algorithm.
+
+    The replay is 1M items (frames all zero, every item eligible: the sampler scans the same
+    weights as a filled one); each row times the loop's own sample and update calls.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    import zoo
+    from zoo.envs import make
+    from zoo.learner import Learner
+    from zoo.loop import Loop
+    from zoo.replay import build_replay
+
+    env = make("Breakout-v5", num_envs=1, seed=0)
+    rows: dict[str, Any] = {}
+    calls, repeats = (5, 3) if quick else (10, 3)
+    for name in (*ALGORITHMS, "r2d2"):
+        overrides: dict[str, Any] = {"replay.capacity": 1_000_000, "replay.min_size": 50_000}
+        if name == "r2d2":
+            overrides = {}
+        spec = zoo.load_algorithm(name, overrides=overrides)
+        net = zoo.build_network(
+            spec,
+            observation_shape=(1, 84, 84) if spec.recurrent else (4, 84, 84),
+            num_actions=4,
+            key=jax.random.PRNGKey(0),
+        )
+        shape = (1, 84, 84) if spec.recurrent else (4, 84, 84)
+        replay = build_replay(
+            spec,
+            num_envs=1,
+            observation_shape=shape,
+            observation_dtype=jnp.uint8,
+            stack=shape[0],
+            core_state=net.initial_state() if spec.recurrent else None,
+        )
+        learner = Learner(spec)
+        loop = Loop(spec, env, learner, replay, net.initial_state() if spec.recurrent else None)
+        carry = loop.init(learner.init(net, jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
+        full = carry.replay._replace(
+            cursor=jnp.asarray(replay.capacity_per_env, jnp.int32),
+            valid=jnp.ones_like(carry.replay.valid),
+        )
+        state = {"replay": full, "key": carry.key, "learner": carry.learner}
+
+        def sample(loop=loop, carry=carry, state=state):
+            r, k, batch, idx, at = loop._jit_sample(state["replay"], carry.deferred, state["key"])
+            _block(batch)
+            state.update(replay=r, key=k, batch=(batch, idx, at))
+
+        def update(loop=loop, carry=carry, state=state):
+            batch, idx, at = state["batch"]
+            out = loop._jit_update(
+                state["learner"], batch, idx, at, carry.metric_sums, carry.metric_count
+            )
+            _block(out[0].updates)
+            state["learner"] = out[0]
+
+        sample()
+        n = 2 if spec.recurrent else calls
+        sample_ms = 1000.0 / _median_rate(sample, n, repeats)
+        update_ms = 1000.0 / _median_rate(update, n, 1 if spec.recurrent else repeats)
+        learned = spec.replay.batch_size * (
+            spec.replay.sequence.trace_length if spec.replay.sequence else 1
+        )
+        rows[name] = {
+            "sample_ms": sample_ms,
+            "update_ms": update_ms,
+            "per_update_ms": sample_ms + update_ms,
+            "learned_transitions": learned,
+            "us_per_learned_transition": 1000.0 * (sample_ms + update_ms) / learned,
+            "replay_items": replay.num_envs * replay.items_per_env,
+        }
+        del carry, state, full
+    env.close()
+    return rows
+
+
+WORKERS: dict[str, Callable[[bool], dict[str, Any]]] = {
+    **{name: (lambda quick, name=name: work_loop(name, quick)) for name in LOOPS},
+    "update": work_update,
+    "seeds-8": work_seeds,
+    "memory": work_memory,
+    "algorithms": work_algorithms,
+}
+
+
+# ------------------------------------------------------------------------------------------
+# Orchestration
+
+
+def run_child(argv: list[str], timeout: float) -> tuple[dict[str, Any] | None, float, str]:
+    """Run a child; return its last JSON line, its own peak RSS (GiB, from ``wait4``) and the
+    tail of its stderr."""
+    import threading
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=HERE.parent)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, _, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = 0  # reaped by wait4
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    result = None
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            result = json.loads(line)
+            break
+    return result, usage.ru_maxrss / 2**20, "\n".join(stderr.strip().splitlines()[-5:])
+
+
+def _fmt(x: float | None, spec: str = ",.0f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="shorter timings")
-    args = parser.parse_args()
-    repeats = 3 if args.quick else 5
-    rows = []
-    update_rate = isolated_update(repeats)
-    rows.append(("isolated DQN update (Nature CNN, batch 32)", "-", f"{update_rate:.1f}", "-"))
+    parser.add_argument("--quick", action="store_true", help="shorter windows")
+    parser.add_argument("--only", help="comma-separated workloads (default: all)")
+    parser.add_argument(
+        "--peers-python",
+        default=sys.executable,
+        help="interpreter with stable-baselines3 / sbx installed (pip install '.[peers]')",
+    )
+    parser.add_argument("--no-peers", action="store_true", help="skip SB3 and SBX")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", help="also write every result as JSON to this file")
+    args = parser.parse_args(argv)
 
-    for label, env_id, num_envs, overrides, warmup, steps in (
-        ("DQN Breakout-v5, 1 env", "Breakout-v5", 1, BREAKOUT, 1_100, 200 if args.quick else 400),
-        ("DQN CartPole-v1, 1 env", "CartPole-v1", 1, CARTPOLE, 1_100, 2_000),
-        ("DQN CartPole-v1, 8 envs", "CartPole-v1", 8, CARTPOLE, 200, 1_000),
-    ):
-        spec = zoo.load_algorithm("dqn", overrides=overrides)
-        for path in ("host", "compiled"):
-            env, loop, carry = build(spec, env_id, num_envs)
-            timer = time_host if path == "host" else time_compiled
-            rate, updates = timer(loop, env, carry, warmup, steps, repeats)
-            env.close()
-            ceiling = ""
-            if env_id.startswith("Breakout"):
-                ceiling = f"{rate / (4 * update_rate):.0%} of 4×isolated"
-            rows.append((f"{label} [{path}]", f"{rate:,.0f}", f"{updates:,.1f}", ceiling))
+    if args.worker:
+        _, name = args.worker.split(":", 1)
+        print(json.dumps(WORKERS[name](args.quick)))
+        return 0
 
-    width = max(len(r[0]) for r in rows)
-    print(f"{'workload':<{width}}  {'env steps/s':>12}  {'updates/s':>10}  note")
-    for name, rate, updates, note in rows:
-        print(f"{name:<{width}}  {rate:>12}  {updates:>10}  {note}")
-    print(f"\njax {jax.__version__} on {jax.devices()[0].platform}; medians of {repeats} repeats")
+    names = args.only.split(",") if args.only else [*LOOPS, "seeds-8", "memory", "algorithms"]
+    results: dict[str, Any] = {}
+    for name in names:
+        if name not in WORKERS:
+            parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKERS)}")
+        argv_child = [sys.executable, __file__, "--worker", f"zoo:{name}"]
+        if args.quick:
+            argv_child.append("--quick")
+        print(f"… zoo {name}", file=sys.stderr, flush=True)
+        out, peak, err = run_child(argv_child, timeout=3600)
+        results[f"zoo:{name}"] = {"result": out, "peak_rss_gib": peak, "stderr": err}
+        if out is None:
+            print(f"zoo {name} failed:\n{err}", file=sys.stderr)
+        if name in ("breakout", "cartpole-1", "cartpole-8") and not args.no_peers:
+            for library in ("sb3", "sbx"):
+                argv_peer = [
+                    args.peers_python,
+                    str(HERE / "peers.py"),
+                    "--library",
+                    library,
+                    "--workload",
+                    name,
+                ]
+                if args.quick:
+                    argv_peer.append("--quick")
+                print(f"… {library} {name}", file=sys.stderr, flush=True)
+                out, peak, err = run_child(argv_peer, timeout=1800)
+                results[f"{library}:{name}"] = {"result": out, "peak_rss_gib": peak, "stderr": err}
+                if out is None:
+                    print(f"{library} {name} unavailable:\n{err}", file=sys.stderr)
+    report(results)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def report(results: dict[str, Any]) -> None:
+    """Print the tables: loops with peers and ratios, pieces, seeds, algorithms, memory."""
+    import platform
+
+    def get(key: str) -> dict[str, Any] | None:
+        return (results.get(key) or {}).get("result")
+
+    lines = ["| workload | library | env steps/s | updates/s | peak RSS | ours ÷ best peer |"]
+    lines.append("| --- | --- | ---: | ---: | ---: | ---: |")
+    for name in LOOPS:
+        ours = get(f"zoo:{name}")
+        if ours is None:
+            continue
+        peers = {lib: get(f"{lib}:{name}") for lib in ("sb3", "sbx")}
+        best = max((p["env_steps_per_s"] for p in peers.values() if p), default=None)
+        ratio = f"{ours['env_steps_per_s'] / best:.2f}×" if best else "–"
+        peak = results[f"zoo:{name}"]["peak_rss_gib"]
+        lines.append(
+            f"| {name} | zoo ({ours['loop']}) | {_fmt(ours['env_steps_per_s'])} | "
+            f"{_fmt(ours['updates_per_s'], ',.1f')} | {peak:.2f} GiB | {ratio} |"
+        )
+        for lib, p in peers.items():
+            if p:
+                peak = results[f"{lib}:{name}"]["peak_rss_gib"]
+                lines.append(
+                    f"| {name} | {lib} | {_fmt(p['env_steps_per_s'])} | "
+                    f"{_fmt(p.get('updates_per_s'), ',.1f')} | {peak:.2f} GiB | |"
+                )
+    print("\n".join(lines))
+
+    b = get("zoo:breakout")
+    if b:
+        ceiling = 4 * b["isolated_updates_per_s"]
+        print(
+            f"\nBreakout: isolated update {b['isolated_updates_per_s']:.1f}/s → ceiling "
+            f"{ceiling:.0f} env steps/s; the trainer reached {b['env_steps_per_s']:.0f} "
+            f"({b['env_steps_per_s'] / ceiling:.0%} of it)"
+        )
+    print("\nPieces (ms per call, each alone) and what they imply:")
+    print(
+        "| workload | env | act | insert | sample | update | serial env steps/s | update-only cap |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name in LOOPS:
+        r = get(f"zoo:{name}")
+        if r is None:
+            continue
+        p, ms = r["pieces"], r["pieces"]["ms"]
+        print(
+            f"| {name} | {ms['env']:.3f} | {ms['act']:.3f} | {ms['insert']:.3f} | "
+            f"{ms['sample']:.3f} | {ms['update']:.3f} | {p['serial_env_steps_per_s']:,.0f} | "
+            f"{p['update_only_env_steps_per_s']:,.0f} |"
+        )
+        if name == "cartpole-8":
+            cap = p["update_only_env_steps_per_s"]
+            print(
+                f"  cartpole-8 reached {r['env_steps_per_s'] / cap:.0%} of its update-only cap "
+                f"({cap:,.0f} env steps/s)"
+            )
+    s = get("zoo:seeds-8")
+    if s:
+        print(
+            f"\nSeeds: {s['seeds']} seeds vmapped (cartpole-8 each): {s['env_steps_per_s']:,.0f} "
+            f"env steps/s in total against {s['single_env_steps_per_s']:,.0f} for one seed the "
+            f"same way: {s['env_steps_per_s'] / s['single_env_steps_per_s']:.2f}×"
+        )
+    a = get("zoo:algorithms")
+    if a:
+        base = a["dqn"]["per_update_ms"]
+        print("\nCost per update (sample from a 1M-item replay + update, Nature CNN, Breakout):")
+        print(
+            "| algorithm | sample ms | update ms | per update ms | ÷ DQN "
+            "| µs per learned transition |"
+        )
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for name, r in a.items():
+            print(
+                f"| {name} | {r['sample_ms']:.2f} | {r['update_ms']:.1f} | "
+                f"{r['per_update_ms']:.1f} | {r['per_update_ms'] / base:.2f}× | "
+                f"{r['us_per_learned_transition']:,.0f} |"
+            )
+    m = get("zoo:memory")
+    if m:
+        print(
+            f"\nMemory: a {m['transitions']:,}-transition Atari replay filled in "
+            f"{m['fill_seconds']:.0f} s: resident {m['replay_resident_gib']:.2f} GiB "
+            f"({m['replay_resident_gib'] * 2**30 / 1e9:.2f} GB; allocated "
+            f"{m['replay_nbytes_gib']:.2f} GiB, frames alone {m['frames_only_gib']:.2f} GiB); "
+            f"process peak {m['peak_rss_gib']:.2f} GiB"
+        )
+    import jax
+
+    print(
+        f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
+        f"jax {jax.__version__} ({jax.devices()[0].platform})"
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
