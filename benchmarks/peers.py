@@ -24,7 +24,8 @@ Timing: ``learn`` runs once past ``learning_starts`` plus a few updates (warm-up
 prefill, the first updates, SBX's JIT compilation), then again with ``reset_num_timesteps=False``
 and a callback that records (time, ``num_timesteps``, ``_n_updates``) at the first env step and
 stops learning once ``--seconds`` have passed. Rates are the differences over that window. PyTorch
-keeps its default thread count (``torch.get_num_threads()``, all cores), reported in ``versions``.
+keeps its default thread count (``torch.get_num_threads()``, all cores) unless ``--torch-threads``
+says otherwise; the count used is reported in ``versions``.
 """
 
 from __future__ import annotations
@@ -436,12 +437,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="halve the measurement window")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads(N) (default: torch's own, all cores); a diagnostic for a "
+        "loaded machine, where torch's thread pool suffers most",
+    )
     args = parser.parse_args(argv)
     seconds = WORKLOADS[args.workload].seconds if args.seconds is None else args.seconds
     if not seconds > 0:
         parser.error(f"--seconds must be positive, got {seconds}")
     if args.quick:
         seconds /= 2
+    if args.torch_threads is not None:
+        if args.torch_threads < 1:
+            parser.error(f"--torch-threads must be at least 1, got {args.torch_threads}")
+        _require("torch").set_num_threads(args.torch_threads)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             result = run(args.library, args.workload, seconds, seed=args.seed)
