@@ -386,6 +386,19 @@ def _versions(library: str) -> dict[str, Any]:
     return versions
 
 
+def _isolated_updates(model: Any, batch_size: int, calls: int = 10, repeats: int = 3) -> float:
+    """The peer's own update alone: ``model.train(1, batch_size)`` (sample + gradient step),
+    median updates/s over ``repeats`` × ``calls``, with no env steps in between."""
+    model.train(gradient_steps=1, batch_size=batch_size)
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            model.train(gradient_steps=1, batch_size=batch_size)
+        rates.append(calls / (time.perf_counter() - t0))
+    return sorted(rates)[len(rates) // 2]
+
+
 def run(library: str, workload_name: str, seconds: float, seed: int = 0) -> dict[str, Any]:
     """Warm up, then time ``library``'s DQN on ``workload_name`` over ``seconds`` of learning."""
     workload = WORKLOADS[workload_name]
@@ -405,7 +418,11 @@ def run(library: str, workload_name: str, seconds: float, seed: int = 0) -> dict
     (ta, sa, ua), (tb, sb, ub) = window.start, window.end
     env.close()
     elapsed = tb - ta
+    isolated = (
+        _isolated_updates(model, dqn["batch_size"]) if workload.policy == "CnnPolicy" else None
+    )
     return {
+        "isolated_updates_per_s": isolated,
         "library": library,
         "workload": workload_name,
         "env_steps_per_s": (sb - sa) / elapsed,

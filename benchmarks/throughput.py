@@ -583,6 +583,14 @@ def report(results: dict[str, Any]) -> None:
             f"{ceiling:.0f} env steps/s; the trainer reached {b['env_steps_per_s']:.0f} "
             f"({b['env_steps_per_s'] / ceiling:.0%} of it)"
         )
+        for lib in ("sb3", "sbx"):
+            peer = get(f"{lib}:breakout")
+            if peer and peer.get("isolated_updates_per_s"):
+                rate = peer["isolated_updates_per_s"]
+                print(
+                    f"  {lib}'s own update alone (model.train, batch 32): {rate:.1f}/s; "
+                    f"zoo's is {b['isolated_updates_per_s'] / rate:.2f}× that"
+                )
     print("\nPieces (ms per call, each alone) and what they imply:")
     print(
         "| workload | env | act | insert | sample | update | serial env steps/s | update-only cap |"
