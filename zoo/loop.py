@@ -632,26 +632,42 @@ class Trainer:
         return carry
 
     def _run_compiled(self, carry: LoopCarry, interrupted: list[bool]):
+        """Compiled chunks, the host's accounting of one chunk overlapping the next.
+
+        A chunk is dispatched before the previous one's episode statistics are computed on the
+        host, so that work runs on another core while the device computes. Where a log,
+        evaluation or checkpoint is due at a chunk's end (chunks divide their periods), the
+        loop drains: it accounts every chunk, then runs the events on that carry.
+        """
         env, loop, cfg = self.loop.env, self.loop, self.config
+        n = env.num_envs
         handle = env.xla()[0]
-        prev_done = jnp.zeros((env.num_envs,), bool)
-        length = _chunk_length(
-            math.gcd(cfg.log_every, cfg.eval_every, cfg.checkpoint_every), env.num_envs
-        )
-        while self._env_steps < cfg.total_env_steps:
-            remaining = (cfg.total_env_steps - self._env_steps + env.num_envs - 1) // env.num_envs
+        prev_done = jnp.zeros((n,), bool)
+        length = _chunk_length(math.gcd(cfg.log_every, cfg.eval_every, cfg.checkpoint_every), n)
+        dispatched = self._env_steps
+        unaccounted: tuple[Any, Any, int] | None = None
+        while dispatched < cfg.total_env_steps:
+            remaining = (cfg.total_env_steps - dispatched + n - 1) // n
             steps = min(length, remaining)
             carry, handle, prev_done, chunk = loop.chunk(carry, handle, prev_done, steps)
-            rows = jax.tree.map(np.asarray, chunk)
-            timesteps = [jax.tree.map(lambda x, t=t: x[t], rows) for t in range(steps)]
-            report = np.asarray(
-                jnp.stack([carry.learner.updates.astype(jnp.float32), carry.last_loss])
-            )
-            self._account(timesteps, report)
-            carry, stop = self._events(carry, interrupted)
-            if stop:
-                break
+            report = jnp.stack([carry.learner.updates.astype(jnp.float32), carry.last_loss])
+            dispatched += steps * n
+            if unaccounted is not None:
+                self._account_chunk(*unaccounted)
+            unaccounted = (chunk, report, steps)
+            due = min(self._next.values())
+            if dispatched >= due or dispatched >= cfg.total_env_steps or interrupted:
+                self._account_chunk(*unaccounted)
+                unaccounted = None
+                carry, stop = self._events(carry, interrupted)
+                if stop:
+                    break
         return carry
+
+    def _account_chunk(self, chunk: Any, report: Any, steps: int) -> None:
+        rows = jax.tree.map(np.asarray, chunk)
+        timesteps = [jax.tree.map(lambda x, t=t: x[t], rows) for t in range(steps)]
+        self._account(timesteps, np.asarray(report))
 
     def _account(self, timesteps: list[Any], report: Any) -> None:
         """Episode statistics, counters and the non-finite check after some vector steps."""
