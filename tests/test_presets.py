@@ -214,6 +214,33 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "replay.kind": ("uniform", "rainbow_extend c51_<game>.gin (md 2d)"),
         "schedule.target_update_period": (250, f"{RR}/*_<game>.gin 1000 agent steps"),
     },
+    "qr_dqn_minatar": {
+        "network.head.num_quantiles": (51, f"{RR}/quantile_<game>.gin num_atoms"),
+        "loss.td.delta": (1.0, f"{RR}/quantile_<game>.gin kappa"),
+        "loss.n_step": (1, f"{RR}/quantile_<game>.gin update_horizon"),
+        "loss.bootstrap.kind": ("max", f"{RR}/quantile_<game>.gin double_dqn False"),
+        "optimizer.learning_rate.value": (1e-4, f"{RR}/quantile_<game>.gin"),
+        "optimizer.eps": (3.125e-4, f"{RR}/quantile_<game>.gin"),
+    },
+    "rainbow_minatar": {
+        "network.head.v_max": (100.0, f"{RR}/rainbow_<game>.gin vmax"),
+        "network.noisy": (True, f"{RR}/rainbow_<game>.gin noisy"),
+        "network.dueling": (True, f"{RR}/rainbow_<game>.gin dueling"),
+        "network.noisy_sigma0": (0.1, "revisiting_rainbow networks_new.py sigma_init"),
+        "loss.n_step": (3, f"{RR}/rainbow_<game>.gin update_horizon"),
+        "loss.bootstrap.kind": ("double", f"{RR}/rainbow_<game>.gin double_dqn"),
+        "replay.kind": ("prioritized", f"{RR}/rainbow_<game>.gin replay_scheme"),
+        "replay.priority_exponent": (0.5, "revisiting_rainbow rainbow_agent_new.py sqrt(loss)"),
+        "loss.importance_exponent.value": (0.5, "rainbow_agent_new.py 1/sqrt(probs)"),
+        "optimizer.learning_rate.value": (1e-4, f"{RR}/rainbow_<game>.gin"),
+    },
+    "mdqn_minatar": {
+        "loss.temperature": (0.03, f"{RR}/dqn_<game>.gin tau"),
+        "loss.munchausen.alpha": (0.9, f"{RR}/dqn_<game>.gin alpha"),
+        "loss.munchausen.clip_min": (-1.0, f"{RR}/dqn_<game>.gin clip_value_min"),
+        "loss.td.kind": ("squared", f"{RR}/dqn_<game>.gin mse_inf"),
+        "optimizer.learning_rate.value": (2.5e-4, f"{RR}/dqn_<game>.gin"),
+    },
 }
 
 #: preset -> fields whose value published_hyperparameters.md marks [R] (recalled, not checked).
@@ -267,6 +294,9 @@ PAPER_PRESETS = [
     "der",
     "dqn_minatar",
     "c51_minatar",
+    "qr_dqn_minatar",
+    "rainbow_minatar",
+    "mdqn_minatar",
 ]
 TAGS = ("[V]", "[R]", "[3P]")
 
