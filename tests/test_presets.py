@@ -166,6 +166,9 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "replay.sequence.period": (40, "acme r2d2/config.py sequence_period"),
         "schedule.target_update_period": (2_500, "acme r2d2/config.py"),
         "schedule.eval_epsilon": (0.0, "acme r2d2/config.py evaluation_epsilon"),
+        "network.core.size": (512, "acme jax/networks/atari.py R2D2AtariNetwork hk.LSTM(512)"),
+        "network.hidden": ([512], "acme jax/networks/atari.py DuellingMLP([512])"),
+        "network.dueling": (True, "acme jax/networks/atari.py DuellingMLP"),
     },
     "der": {
         "loss.n_step": (10, "google/dopamine dopamine/labs/atari_100k/configs/DER.gin"),
@@ -254,7 +257,7 @@ RECALLED: dict[str, list[str]] = {
         "schedule.epsilon.end",
         "schedule.eval_epsilon",
     ],
-    "r2d2": ["optimizer", "network.core", "budget"],
+    "r2d2": ["optimizer", "network.torso", "budget"],
     "der": ["network.hidden", "network.noisy_sigma0", "optimizer.max_grad_norm"],
 }
 
