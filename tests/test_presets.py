@@ -17,6 +17,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import pytest
+import yaml
 
 import zoo
 from zoo import spec as spec_lib
@@ -422,3 +423,24 @@ def test_a_changed_paper_value_is_caught(tmp_path):
     edited.write_text(text.replace("target_update_period: 2500", "target_update_period: 2000"))
     wrong = _departures(str(edited), PUBLISHED["dqn_nature"])
     assert len(wrong) == 1 and wrong[0].startswith("schedule.target_update_period: preset 2000")
+
+
+def test_minatar_preset_trains_end_to_end(tmp_path):
+    # The preset drives a real run: MinAtar through gymnasium, the minatar_cnn torso, the preset's
+    # protocol; a tiny budget (the replay starts learning after 64 transitions).
+    pytest.importorskip("minatar")
+    result = zoo.train(
+        "dqn_minatar",
+        env="MinAtar/Breakout-v1",
+        total_env_steps=400,
+        overrides={"replay.min_size": 64, "schedule.epsilon.steps": 200},
+        run_dir=tmp_path / "run",
+        eval_every=400,
+        eval_episodes=2,
+        progress=False,
+    )
+    assert result.env_steps == 400 and result.updates == (400 - 64) // 4
+    settings = yaml.safe_load((tmp_path / "run" / "run.yaml").read_text())
+    assert settings["preset"] == "dqn_minatar" and settings["protocol"] == "minatar"
+    spec = zoo.load_algorithm(tmp_path / "run" / "spec.yaml")
+    assert spec.network.torso.kind == "minatar_cnn" and spec.network.hidden == []
