@@ -52,6 +52,7 @@ def test_protocol_fields_have_no_defaults_and_every_protocol_is_registered():
         "nature_2015",
         "machado_2018",
         "atari_100k",
+        "r2d2_2019",
         "classic",
         "minatar",
     }
@@ -73,6 +74,10 @@ def test_protocol_values():
     assert machado.sticky_action_prob == 0.25 and machado.full_action_set is True
     assert machado.noop_max == 0
     assert not machado.episodic_life_train and machado.eval_epsilon == 0.001
+    r2d2 = ze.get_protocol("r2d2_2019")  # no stack, no life loss, no sticky actions, no clip
+    assert (r2d2.stack, r2d2.episodic_life_train, r2d2.sticky_action_prob) == (1, False, 0.0)
+    assert (r2d2.reward_clip, r2d2.eval_epsilon, r2d2.max_episode_steps) == (None, 0.0, 27_000)
+    assert r2d2.envpool_kwargs(training=True)["stack_num"] == 1
     classic = ze.get_protocol("classic")
     assert classic.reward_clip is None and classic.eval_epsilon == 0.0
     assert classic.frame_shape is None and classic.max_episode_frames is None

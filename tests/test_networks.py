@@ -88,6 +88,7 @@ def test_builtins_are_registered():
         ("torso", "mlp"): zn.mlp_torso,
         ("torso", "nature_cnn"): zn.nature_cnn_torso,
         ("torso", "impala_cnn"): zn.impala_cnn_torso,
+        ("torso", "minatar_cnn"): zn.minatar_cnn_torso,
         ("core", "lstm"): zn.lstm_core,
         ("head", "q"): zn.q_head,
         ("head", "categorical"): zn.categorical_head,
@@ -338,6 +339,46 @@ def test_impala_cnn_runs_on_a_small_image():
     assert np.all(np.isfinite(out.quantiles))
     odd = zn.impala_cnn_torso(SimpleNamespace(channels=[2, 3]), (1, 9, 9), key=jax.random.key(0))
     assert jax.eval_shape(odd, jax.ShapeDtypeStruct((1, 9, 9), jnp.float32)).shape == (3 * 3 * 3,)
+
+
+def test_minatar_cnn_same_padding_and_glorot_uniform_init():
+    # Revisiting Rainbow's MinAtar torso: conv 16×3×3 stride 1, SAME padding (Flax's default),
+    # ReLU, flatten: [4, 10, 10] → 16·10·10 = 1600 features.
+    config = SimpleNamespace(kind="minatar_cnn", channels=16, kernel_size=3, init="glorot_uniform")
+    torso = zn.minatar_cnn_torso(config, (4, 10, 10), key=jax.random.key(0))
+    assert jax.eval_shape(torso, jax.ShapeDtypeStruct((4, 10, 10), jnp.float32)).shape == (1600,)
+    # variance_scaling(1, fan_avg, uniform): U(±sqrt(6 / (fan_in + fan_out))), fan_in = 4·3·3 and
+    # fan_out = 16·3·3, so the bound is sqrt(6 / 180); the bias starts at zero.
+    weight = np.asarray(torso.conv.weight)
+    bound = math.sqrt(6.0 / (4 * 9 + 16 * 9))
+    assert weight.shape == (16, 4, 3, 3)
+    assert np.abs(weight).max() <= bound and np.abs(weight).max() > 0.9 * bound
+    np.testing.assert_allclose(weight.var(), bound**2 / 3, rtol=0.15)  # var of U(±b) is b²/3
+    np.testing.assert_array_equal(np.asarray(torso.conv.bias), 0.0)
+    # A lit corner cell reaches the 2×2 outputs around it (SAME padding; cross-correlation:
+    # out[i, j] = w[1 − i, 1 − j] · x[0, 0]).
+    x = np.zeros((4, 10, 10), np.float32)
+    x[0, 0, 0] = 1.0
+    expected = np.maximum(
+        np.stack(
+            [
+                [
+                    [weight[c, 0, 1 - i, 1 - j] if i < 2 and j < 2 else 0.0 for j in range(10)]
+                    for i in range(10)
+                ]
+                for c in range(16)
+            ]
+        ),
+        0.0,
+    )
+    np.testing.assert_allclose(np.asarray(torso(jnp.asarray(x))), expected.ravel(), atol=1e-6)
+    default = zn.minatar_cnn_torso(
+        SimpleNamespace(channels=8, kernel_size=3, init="default"),
+        (2, 10, 10),
+        key=jax.random.key(1),
+    )
+    assert np.abs(np.asarray(default.conv.bias)).max() > 0  # Equinox's default: U(±1/√fan_in)
+    assert np.abs(np.asarray(default.conv.weight)).max() <= 1 / math.sqrt(2 * 9)
 
 
 def test_max_pool_same_padding():

@@ -29,7 +29,7 @@ BUILTINS = {
     "bootstrap": {"max", "double", "soft"},
     "head": {"q", "categorical", "quantile"},
     "head_loss": {"q", "categorical", "quantile"},
-    "torso": {"auto", "mlp", "nature_cnn", "impala_cnn"},
+    "torso": {"auto", "mlp", "nature_cnn", "impala_cnn", "minatar_cnn"},
     "core": {"lstm"},
     "value_transform": {"identity", "signed_hyperbolic"},
     "regularizer": {"none", "q_value"},

@@ -65,7 +65,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     overrides = spec.parse_overrides(args.set or [])
     name = args.name
-    if name not in spec.algorithm_names() and name in spec.preset_names():
+    if spec.is_preset(name):
         preset = spec.load_preset(name)
         print(f"# preset {preset.name}: {_first_sentence(preset.summary)}")
         print(spec.describe(preset), end="")
@@ -74,6 +74,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         print(spec.describe(spec.load_algorithm(algorithm, overrides=overrides)), end="")
         return 0
     print(spec.describe(spec.load_algorithm(name, overrides=overrides)), end="")
+    if name in spec.preset_names():
+        path = spec.presets_dir() / f"{name}.yaml"
+        print(f"# {name!r} is also a preset (a paper's settings); show it with: zoo show {path}")
     return 0
 
 

@@ -49,7 +49,7 @@ __all__ = [
 AXES: dict[str, str] = {
     "bootstrap": "target policy at the next state: max, double, soft (the 'targets' axis)",
     "head": "value head: q, categorical, quantile",
-    "torso": "feature extractor: auto, mlp, nature_cnn, impala_cnn",
+    "torso": "feature extractor: auto, mlp, nature_cnn, impala_cnn, minatar_cnn",
     "core": "recurrent core between torso and head: lstm",
     "head_loss": "per-head target and loss of the value head (same names as `head`)",
     "value_transform": "invertible value rescaling pair h, h^-1: identity, signed_hyperbolic",

@@ -222,6 +222,20 @@ class NatureCnnTorso(Component):
     kind: Literal["nature_cnn"] = "nature_cnn"
 
 
+class MinatarCnnTorso(Component):
+    """Revisiting Rainbow's MinAtar torso: conv ``channels``×3×3 stride 1 (SAME), ReLU, flatten."""
+
+    kind: Literal["minatar_cnn"] = "minatar_cnn"
+    channels: int = Field(16, gt=0, description="output channels of the convolution")
+    kernel_size: int = Field(3, gt=0, description="square kernel size (stride 1, SAME padding)")
+    init: Literal["glorot_uniform", "default"] = Field(
+        "glorot_uniform",
+        description="convolution weight init: glorot_uniform = variance_scaling(1, fan_avg, "
+        "uniform) with zero bias (Revisiting Rainbow's MinAtar configs) | default (Equinox's "
+        "U(±1/√fan_in))",
+    )
+
+
 class ImpalaCnnTorso(Component):
     """Espeholt et al. 2018: per stack conv3×3, max-pool 3×3/2, two residual blocks."""
 
@@ -266,7 +280,9 @@ class QuantileHead(Component):
     num_quantiles: int = Field(200, ge=1, description="number of quantiles N")
 
 
-_Torso = _axis("torso", Union[AutoTorso, MlpTorso, NatureCnnTorso, ImpalaCnnTorso], "auto")
+_Torso = _axis(
+    "torso", Union[AutoTorso, MlpTorso, NatureCnnTorso, ImpalaCnnTorso, MinatarCnnTorso], "auto"
+)
 _Core = _axis("core", Union[LstmCore], None)
 _Head = _axis("head", Union[QHead, CategoricalHead, QuantileHead], "q")
 
@@ -276,8 +292,8 @@ class NetworkSpec(_Model):
 
     torso: _Torso = Field(
         default_factory=lambda: AutoTorso(),
-        description="feature extractor: auto | mlp | nature_cnn | impala_cnn; `auto` picks "
-        "nature_cnn for image (rank-3) observations and an MLP of `sizes` otherwise",
+        description="feature extractor: auto | mlp | nature_cnn | impala_cnn | minatar_cnn; "
+        "`auto` picks nature_cnn for image (rank-3) observations and an MLP of `sizes` otherwise",
     )
     hidden: list[int] = Field(
         default_factory=lambda: [512],

@@ -24,12 +24,20 @@ file, [R] recalled from the paper and not checked here):
   actions, life loss terminal in training, 27,000 steps per episode, evaluation ε = 0.001. Recalled
   [R]: the minimal action set and up to 30 no-op starts (the common setting of the Atari-100k code
   bases, e.g. SPR and CURL); some of them evaluate with ε = 0 instead.
+- ``r2d2_2019``: R2D2 (Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed
+  Reinforcement Learning", https://openreview.net/forum?id=r1lyTjAqYX) [R]: no frame stack (the
+  LSTM carries the history), no life-loss terminal, no sticky actions, no reward clipping (the
+  value transform h takes its place; acme ``r2d2/config.py`` ``clip_rewards=False`` [V]), action
+  repeat 4 with max-pooling, 84×84 gray, 108,000 frames per episode, 30 no-op starts and the
+  minimal action set (the common ALE setting of the paper's baselines), greedy evaluation (acme
+  ``evaluation_epsilon=0`` [V]).
 - ``classic``: classic control (CartPole, Acrobot, MountainCar, ...) and any other gymnasium
   environment: the environment's own dynamics and time limit, no reward clipping, greedy evaluation.
 - ``minatar``: MinAtar (Young & Tian 2019, "MinAtar: An Atari-Inspired Testbed for Thorough and
   Reproducible Reinforcement Learning Experiments", https://arxiv.org/abs/1903.03176) through its
   gymnasium registration: sticky actions 0.1 (MinAtar's default, ``minatar/environment.py`` [V])
-  and the full action set of 6 ([R]),
+  and the full action set of 6 (Revisiting Rainbow's ``minatar_env.py`` uses
+  ``minatar.Environment`` with all ``num_actions() = 6`` actions [V]),
   no frame skip or stack, no episode cap, rewards are already 0/1 (no clipping). The paper reports
   training returns and has no evaluation ε; greedy evaluation (ε = 0) is this project's choice.
 
@@ -290,6 +298,31 @@ _PROTOCOLS = (
         ),
     ),
     Protocol(
+        name="r2d2_2019",
+        suite="atari",
+        description="R2D2 (Kapturowski et al. 2019): no frame stack, no life-loss terminal, no "
+        "sticky actions, no reward clipping",
+        sticky_action_prob=0.0,  # [R]
+        full_action_set=False,  # [R]
+        noop_max=30,  # [R]
+        episodic_life_train=False,  # [R]
+        fire_reset=False,
+        frame_skip=4,
+        max_pool=True,
+        frame_shape=(84, 84),
+        grayscale=True,
+        stack=1,  # [R] the LSTM replaces the frame stack
+        max_episode_frames=108_000,
+        reward_clip=None,  # [V] acme r2d2 clip_rewards=False
+        eval_epsilon=0.0,  # [V] acme r2d2 evaluation_epsilon=0
+        sources=(
+            "Kapturowski et al. 2019, https://openreview.net/forum?id=r1lyTjAqYX (stack, life "
+            "loss, sticky actions, no-op starts, action set recalled [R])",
+            "google-deepmind/acme acme/agents/jax/r2d2/config.py (clip_rewards False, "
+            "evaluation_epsilon 0) [V]",
+        ),
+    ),
+    Protocol(
         name="classic",
         suite="classic",
         description="classic control and other gymnasium environments: the environment's own "
@@ -315,7 +348,7 @@ _PROTOCOLS = (
         description="MinAtar (Young & Tian 2019) through gymnasium: sticky actions 0.1, full "
         "action set, no frame skip or stack",
         sticky_action_prob=0.1,  # [V] MinAtar's Environment default
-        full_action_set=True,  # [R] the paper's agents use all 6 actions
+        full_action_set=True,  # [V] all 6 actions, as Revisiting Rainbow's minatar_env.py
         noop_max=0,
         episodic_life_train=False,
         fire_reset=False,
@@ -329,7 +362,11 @@ _PROTOCOLS = (
         eval_epsilon=0.0,  # the paper reports training returns; greedy evaluation is our choice
         sources=(
             "Young & Tian 2019, https://arxiv.org/abs/1903.03176",
-            "MinAtar 1.0.15 minatar/environment.py (sticky_action_prob=0.1) [V]",
+            "MinAtar 1.0.15 minatar/environment.py (sticky_action_prob=0.1, num_actions 6, "
+            "difficulty_ramping True) [V]",
+            "JohanSamir/revisiting_rainbow revisiting_rainbow/minatar_env.py "
+            "(minatar.Environment(env_name) with its defaults, all num_actions() = 6 actions) [V]; "
+            "Configs/*.gin (max_steps_per_episode 1e8: no cap, stack_size 1) [V]",
         ),
     ),
 )

@@ -3,7 +3,8 @@
 ``build_network(spec, observation_shape, num_actions, key=key)`` builds the Equinox module of an
 algorithm's ``network:`` block. Importing this package registers the built-in components:
 
-- torso: ``auto``, ``mlp``, ``nature_cnn``, ``impala_cnn`` (:mod:`zoo.networks.torsos`)
+- torso: ``auto``, ``mlp``, ``nature_cnn``, ``impala_cnn``, ``minatar_cnn``
+  (:mod:`zoo.networks.torsos`)
 - core: ``lstm`` (:mod:`zoo.networks.cores`)
 - head: ``q``, ``categorical``, ``quantile`` (:mod:`zoo.networks.heads`)
 
@@ -31,10 +32,12 @@ from zoo.networks.network import (
 )
 from zoo.networks.torsos import (
     ImpalaCNN,
+    MinAtarCNN,
     MLPTorso,
     NatureCNN,
     auto_torso,
     impala_cnn_torso,
+    minatar_cnn_torso,
     mlp_torso,
     nature_cnn_torso,
 )
@@ -49,6 +52,7 @@ __all__ = [
     "FeedForwardNetwork",
     "ImpalaCNN",
     "MLPTorso",
+    "MinAtarCNN",
     "NatureCNN",
     "NoisyLinear",
     "QHead",
@@ -61,6 +65,7 @@ __all__ = [
     "impala_cnn_torso",
     "linear",
     "lstm_core",
+    "minatar_cnn_torso",
     "mlp_torso",
     "nature_cnn_torso",
     "preprocess",

@@ -41,9 +41,11 @@ __all__ = [
     "ImpalaResidualBlock",
     "ImpalaStack",
     "MLPTorso",
+    "MinAtarCNN",
     "NatureCNN",
     "auto_torso",
     "impala_cnn_torso",
+    "minatar_cnn_torso",
     "mlp_torso",
     "nature_cnn_torso",
 ]
@@ -139,6 +141,42 @@ class ImpalaCNN(eqx.Module):
         return jnp.ravel(jax.nn.relu(x))
 
 
+@typing.final
+class MinAtarCNN(eqx.Module):
+    """The MinAtar torso of Revisiting Rainbow (Obando-Ceron & Castro 2021, "Revisiting Rainbow:
+    Promoting more Insightful and Inclusive Deep Reinforcement Learning Research",
+    https://arxiv.org/abs/2011.14826; JohanSamir/revisiting_rainbow ``networks_new.py``,
+    ``net_conf='minatar'``).
+
+    ``conv 16×3×3 stride 1 (SAME) → ReLU → flatten``: ``[C, 10, 10] → [16, 10, 10] → 1600``
+    features; the configs set ``hidden_layer = 0``, so the heads follow directly
+    (``network.hidden: []``).
+    """
+
+    conv: eqx.nn.Conv2d
+
+    def __call__(
+        self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " features"]:
+        del key
+        return jnp.ravel(jax.nn.relu(self.conv(x)))
+
+
+def glorot_uniform_conv(conv: eqx.nn.Conv2d, key: PRNGKeyArray) -> eqx.nn.Conv2d:
+    """``conv`` with weights ``variance_scaling(1, fan_avg, uniform)`` (Glorot & Bengio 2010) and
+    zero bias, Flax's ``nn.Conv`` with the ``kernel_init`` the Revisiting Rainbow configs pass.
+
+    Equinox stores the kernel as ``[out, in, kh, kw]``: fan_in = in·kh·kw, fan_out = out·kh·kw,
+    and the weights are ``U(±sqrt(6 / (fan_in + fan_out)))``.
+    """
+    init = jax.nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=1, out_axis=0)
+    weight = init(key, conv.weight.shape, conv.weight.dtype)
+    conv = eqx.tree_at(lambda c: c.weight, conv, weight)
+    if conv.bias is not None:
+        conv = eqx.tree_at(lambda c: c.bias, conv, jnp.zeros_like(conv.bias))
+    return conv
+
+
 def _check_image(observation_shape: tuple[int, ...], name: str) -> None:
     if len(observation_shape) != 3:
         raise ValueError(
@@ -196,6 +234,26 @@ def impala_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKey
         stacks.append(ImpalaStack(conv(in_channels, out_channels, k_conv), blocks))
         in_channels = out_channels
     return ImpalaCNN(tuple(stacks))
+
+
+@register("torso", "minatar_cnn")
+def minatar_cnn_torso(
+    config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray
+) -> MinAtarCNN:
+    """Revisiting Rainbow's MinAtar torso: one ``config.channels``×k×k SAME convolution + ReLU."""
+    _check_image(observation_shape, "minatar_cnn")
+    conv_key, init_key = jax.random.split(key)
+    conv = eqx.nn.Conv2d(
+        int(observation_shape[0]),
+        int(config.channels),
+        kernel_size=int(config.kernel_size),
+        stride=1,
+        padding="SAME",
+        key=conv_key,
+    )
+    if config.init == "glorot_uniform":
+        conv = glorot_uniform_conv(conv, init_key)
+    return MinAtarCNN(conv)
 
 
 @register("torso", "auto")
