@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo._jit import async_jit
 from zoo.checkpoint import Checkpointer
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
 from zoo.learner import Learner, LearnerState, sharded_update
@@ -235,17 +236,19 @@ class Loop:
         self.devices = len(jax.local_devices())
         self._update = sharded_update(spec) if self.devices > 1 else learner.update
         # Host path: the replay is donated to the insert and the sample (updated in place,
-        # never copied); the insert and the act never take the learner's buffers, so they run
-        # while an update is in flight. The learner state is not donated: XLA:CPU runs this
-        # parameter update 15-25% slower with donation, and the actors hold its online network.
-        self._jit_insert = jax.jit(self._insert_fields, donate_argnums=1)
-        self._jit_act = eqx.filter_jit(self._act_fields)
-        self._jit_sample = eqx.filter_jit(self._sample_fields, donate="all")
-        self._jit_update = eqx.filter_jit(self._update_fields)
-        self._jit_first_act = eqx.filter_jit(self._first_act)
-        self._jit_chunk = eqx.filter_jit(
+        # never copied); the insert and the act never take the learner's buffers. The learner
+        # state is not donated: XLA:CPU runs this parameter update 15-25% slower with donation,
+        # and the actors hold its online network. Every call dispatches asynchronously
+        # (async_jit; eqx.filter_jit waits for each call to finish), so the host steps the
+        # environments and queues work while the device computes.
+        self._jit_insert = async_jit(self._insert_fields, donate_argnums=(1,))
+        self._jit_act = async_jit(self._act_fields)
+        self._jit_sample = async_jit(self._sample_fields, donate_argnums=(0,))
+        self._jit_update = async_jit(self._update_fields)
+        self._jit_first_act = async_jit(self._first_act)
+        self._jit_chunk = async_jit(
             lambda length, carry, handle, done: self._chunk(carry, handle, done, length),
-            donate="all-except-first",
+            donate_argnums=(1, 2),
         )
         self._host_env_steps = 0
         self._host_credit = 0.0
