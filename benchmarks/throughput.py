@@ -276,7 +276,6 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
 
 def isolated_update(quick: bool) -> float:
     """Updates/s of a jitted DQN update alone (Nature CNN, batch 32, Adam, fixed batch)."""
-    import equinox as eqx
     import jax
     import jax.numpy as jnp
     import numpy as np
