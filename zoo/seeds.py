@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo import spec as spec_lib
+from zoo._jit import async_jit
 from zoo.envs import make
 from zoo.learner import Learner
 from zoo.loop import Loop, LoopCarry
@@ -86,7 +87,7 @@ class VmappedSeeds:
         self.learner = Learner(self.spec)
         self.loop = Loop(self.spec, per_seed, self.learner, self.replay)  # type: ignore[arg-type]
         self._period = float(self.spec.schedule.update_period)
-        self._run = eqx.filter_jit(self._chunk, donate="all-except-first")
+        self._run = async_jit(self._chunk, donate_argnums=(1, 2))
 
     # -------------------------------------------------------------------------------- setup
 
