@@ -700,16 +700,18 @@ class Trainer:
         if env_steps >= nxt["log"] or done:
             while nxt["log"] <= env_steps:
                 nxt["log"] += cfg.log_every
+            # the per-step report is the actors' (one update behind): log the learner's count
+            updates = int(carry.learner.updates)
             t0, steps0, updates0 = self._start
             elapsed = max(time.perf_counter() - t0, 1e-9)
             record: dict[str, Any] = {
                 "env_steps": env_steps,
-                "updates": self._updates,
+                "updates": updates,
                 "games": self.games,
                 "epsilon": float(self.loop._epsilon(env_steps)),
                 "loop": cfg.loop,
                 "env_steps_per_s": (env_steps - steps0) / elapsed,
-                "updates_per_s": (self._updates - updates0) / elapsed,
+                "updates_per_s": (updates - updates0) / elapsed,
             }
             record.update({k: float(np.mean(v)) for k, v in self._window.items() if v})
             record.update(carry.metric_means())

@@ -443,6 +443,7 @@ def _run(
             episodes=settings.eval_episodes,
             seed=settings.seed + 1 + env_steps,
             max_steps=settings.eval_max_steps,
+            epsilon=spec.schedule.eval_epsilon,
         )
         record = {"env_steps": env_steps, "protocol": settings.protocol, **result}
         logger.log_eval(record)
@@ -631,8 +632,15 @@ def evaluate_run(
     run_path = Path(run_dir)
     policy = load_policy(run_path, step=step)
     settings = RunSettings.model_validate(yaml.safe_load((run_path / "run.yaml").read_text()))
+    spec = spec_lib.load_algorithm(run_path / "spec.yaml")
     result = evaluate(
-        policy, settings.env, settings.protocol, episodes=episodes, seed=seed, max_steps=max_steps
+        policy,
+        settings.env,
+        settings.protocol,
+        episodes=episodes,
+        seed=seed,
+        max_steps=max_steps,
+        epsilon=spec.schedule.eval_epsilon,
     )
     return {"run_dir": str(run_path), "protocol": settings.protocol, **result}
 

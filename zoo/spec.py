@@ -559,7 +559,13 @@ class ScheduleSpec(_Model):
         default_factory=lambda: LinearSchedule(start=1.0, end=0.01, steps=250_000),
         description="ε-greedy exploration over transitions (noisy networks act greedily)",
     )
-    eval_epsilon: float = Field(0.001, ge=0, le=1, description="ε during evaluation")
+    eval_epsilon: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="ε of the ε-greedy evaluation policy (a paper's value, e.g. 0.05 for Nature "
+        "DQN, 0.001 for C51); null = the evaluation protocol's",
+    )
 
 
 # --------------------------------------------------------------------------------------------
