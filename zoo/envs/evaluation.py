@@ -127,7 +127,6 @@ def evaluate(
         "returns": returns,
         "lengths": lengths,
         "truncated": truncated,
-        "epsilon": eps,
         "agent_steps": agent_steps,
         "frames": agent_steps * env.frame_skip,
         "epsilon": eps,
