@@ -153,7 +153,7 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
     from zoo.envs import make
     from zoo.learner import Learner
     from zoo.loop import Loop
-    from zoo.replay import build_replay
+    from zoo.run import replay_for_env
 
     spec = zoo.load_algorithm("dqn", overrides=overrides)
     env = make(env_id, num_envs=num_envs, seed=0)
@@ -163,13 +163,7 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
         num_actions=env.num_actions,
         key=jax.random.PRNGKey(0),
     )
-    replay = build_replay(
-        spec,
-        num_envs=num_envs,
-        observation_shape=env.observation_shape,
-        observation_dtype=env.observation_dtype,
-        stack=env.observation_shape[0] if env.is_image else 1,
-    )
+    replay = replay_for_env(spec, env)
     learner = Learner(spec)
     loop = Loop(spec, env, learner, replay)
     carry = loop.init(learner.init(net, jax.random.PRNGKey(1)), jax.random.PRNGKey(2))

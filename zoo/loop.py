@@ -60,6 +60,7 @@ __all__ = [
     "NonFiniteLossError",
     "Trainer",
     "make_act",
+    "starts_transition",
 ]
 
 METRICS = ("loss", "td_loss", "regularizer", "abs_td", "q_sa", "importance_exponent")
@@ -87,7 +88,14 @@ class Deferred(eqx.Module):
 
 
 class Pending(eqx.Module):
-    """The step acted on but not yet answered by the environment."""
+    """The step acted on but not yet answered by the environment.
+
+    ``valid`` is the replay's slot flag (:class:`~zoo.replay.StepBatch`): whether the
+    observation *starts* a transition, i.e. the step that returned it was neither terminal nor
+    truncated (:func:`starts_transition`). It is not ``TimeStep.valid``, which says whether that
+    step *ended* one: a game's final observation ends a transition but starts none (the next
+    step ignores its action), and the next game's first observation ends none but starts one.
+    """
 
     observation: jax.Array
     action: jax.Array
@@ -161,6 +169,17 @@ class LoopConfig:
     progress: bool = True
     stop_at_return: float | None = None
     loop: str = "host"
+
+
+def starts_transition(ts: TimeStep) -> Any:
+    """``[N]`` bool: whether ``ts.observation`` starts a transition (the replay's ``valid``).
+
+    False exactly on a final observation (``terminated`` or ``truncated``, a lost life
+    included): the environment ignores the action taken there and auto-resets (or, after a
+    lost life, runs its pseudo-step). True after ``reset()`` and on the auto-reset step that
+    returns a new game's first observation, although ``ts.valid`` is False on both.
+    """
+    return ~(ts.terminated | ts.truncated)
 
 
 def make_act(num_actions: int, recurrent: bool, initial_state: Any) -> Callable[..., Any]:
@@ -378,7 +397,7 @@ class Loop:
     def _act_fields(self, ts: TimeStep, key, core, actor, report, env_steps):
         """Host path: act on ``ts`` with the actors' network."""
         key, core, pending, actions = self._act_step(
-            key, core, actor, env_steps, ts.observation, ts.first, ts.valid
+            key, core, actor, env_steps, ts.observation, ts.first, starts_transition(ts)
         )
         return key, core, pending, actions, report
 
@@ -505,13 +524,13 @@ class Loop:
         return unpack(fields)
 
     def _act_and_report(self, carry: LoopCarry, ts: TimeStep):
-        carry, actions = self._act_on(carry, ts.observation, ts.first, ts.valid)
+        carry, actions = self._act_on(carry, ts.observation, ts.first, starts_transition(ts))
         return carry, actions, carry.actor_report
 
     # -------------------------------------------------------------------------- host path
 
     def _first_act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
-        return self._act_on(carry, ts.observation, ts.first, ts.valid)
+        return self._act_on(carry, ts.observation, ts.first, starts_transition(ts))
 
     def _step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
         """The compiled path's body: insert, every due update, act (the host path's order)."""

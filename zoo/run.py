@@ -36,7 +36,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from zoo import spec as spec_lib
 from zoo.spec import AlgorithmSpec, SpecError
 
-__all__ = ["RunError", "RunResult", "RunSettings", "evaluate_run", "load_policy", "train"]
+__all__ = [
+    "RunError",
+    "RunResult",
+    "RunSettings",
+    "evaluate_run",
+    "load_policy",
+    "replay_for_env",
+    "train",
+]
 
 
 class RunError(RuntimeError):
@@ -386,7 +394,6 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
 
     from zoo.learner import Learner
     from zoo.networks import build_network
-    from zoo.replay import build_replay
 
     key = jax.random.PRNGKey(settings.seed)
     k_net, k_learner, k_run = jax.random.split(key, 3)
@@ -397,17 +404,38 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
         key=k_net,
     )
     core = network.initial_state() if spec.recurrent else None
-    replay = build_replay(
-        spec,
-        num_envs=settings.num_envs,
-        observation_shape=env_obj.observation_shape,
-        observation_dtype=env_obj.observation_dtype,
-        stack=env_obj.observation_shape[0] if env_obj.is_image else 1,
-        core_state=core,
-    )
+    replay = replay_for_env(spec, env_obj, core_state=core)
     _check_memory(replay.nbytes(), spec)
     learner = Learner(spec)
     return network, learner, replay, learner.init(network, k_learner), k_run, core
+
+
+def replay_for_env(spec: AlgorithmSpec, env: Any, core_state: Any = None) -> Any:
+    """The replay a run of ``spec`` on the :class:`~zoo.envs.VectorEnv` ``env`` uses.
+
+    Frame stacking follows the environment's protocol (``env.stack``), never the observation's
+    rank: an Atari protocol with ``stack: 4`` stores one 84×84 frame per step and rebuilds the
+    stack at sample time, while a MinAtar observation ``[C, 10, 10]`` is ``C`` feature channels
+    of *one* step (Young & Tian 2019, https://arxiv.org/abs/1903.03176) and is stored whole.
+    Treating those channels as a stack of frames fed the learner the last channel of ``C``
+    consecutive steps (for Breakout: the bricks four times, no paddle or ball), so MinAtar did
+    not learn.
+
+    Args:
+      spec: the algorithm.
+      env: the training environments (``num_envs``, observation shape and dtype, ``stack``).
+      core_state: one env's initial recurrent state (recurrent specs with stored state).
+    """
+    from zoo.replay import build_replay
+
+    return build_replay(
+        spec,
+        num_envs=env.num_envs,
+        observation_shape=env.observation_shape,
+        observation_dtype=env.observation_dtype,
+        stack=env.stack,
+        core_state=core_state,
+    )
 
 
 def _run(
