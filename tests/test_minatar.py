@@ -138,8 +138,9 @@ def test_dqn_learns_minatar_breakout(tmp_path):
     """``dqn_minatar`` beats random play on Breakout (0.54 per game) within 40k transitions.
 
     The preset's values, with ε decayed over 25k transitions instead of 250k to fit the budget.
-    Measured after the fix (seed 0): greedy evaluations 1.7, 1.6, 4.1 at 10k, 20k, 30k; before it,
-    0 at every evaluation up to 48k (docs/minatar_runs.md). About a minute on one CPU core.
+    Measured after the fix (seed 0): greedy evaluations 0.0, 2.6, 3.2 at 10k, 20k, 30k (it stops
+    there); before it, 0 at every evaluation up to 48k (docs/minatar_runs.md). About 45 s on one
+    CPU core.
     """
     run = tmp_path / "run"
     zoo.train(
