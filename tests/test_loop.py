@@ -103,6 +103,7 @@ def test_host_and_compiled_paths_agree(name, num_envs):
     compiled, compiled_returns = run_compiled(spec, num_envs)
     assert int(host.env_steps) == int(compiled.env_steps) == STEPS * num_envs
     assert int(host.learner.updates) == int(compiled.learner.updates) > 50
+    assert float(host.credit) == float(compiled.credit) < spec.schedule.update_period
     assert host_returns == compiled_returns and len(host_returns) > 5
 
     # the replay's slot flag: an observation starts a transition unless the step that returned it

@@ -70,6 +70,14 @@ class NonFiniteLossError(FloatingPointError):
     """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
 
 
+def _report(updates: jax.Array, last_loss: jax.Array) -> jax.Array:
+    """``[updates, loss]`` of a learner state: what the host watches."""
+    return jnp.stack([updates.astype(jnp.float32), last_loss])
+
+
+_jit_report = jax.jit(_report)
+
+
 class Deferred(eqx.Module):
     """An update's priorities, written into the replay just before the next update samples.
 
@@ -355,7 +363,7 @@ class Loop:
         actor = jax.tree.map(
             lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, learner_state.online
         )
-        report = jnp.stack([learner_state.updates.astype(jnp.float32), carry.last_loss])
+        report = _report(learner_state.updates, carry.last_loss)
         return dataclasses.replace(carry, learner=learner_state, actor=actor, actor_report=report)
 
     def checkpoint_state(self, carry: LoopCarry, games: int, save_replay: bool) -> dict[str, Any]:
@@ -428,32 +436,29 @@ class Loop:
             deferred = Deferred(indices, aux.priorities, sampled_at, jnp.ones((), bool))
         return learner_state, deferred, sums + metrics, count + 1, metrics[0]
 
-    def _handoff(self, carry: LoopCarry) -> tuple[Any, jax.Array]:
-        """The actors' network and report at an update: the learner's before it."""
-        report = jnp.stack([carry.learner.updates.astype(jnp.float32), carry.last_loss])
-        return carry.learner.online, report
-
-    def _learn_host(self, carry: LoopCarry) -> LoopCarry:
-        """Host path: one update, dispatched without waiting for it."""
-        actor, report = carry.learner.online, self._jit_report(carry)
-        replay, key, batch, indices, sampled_at = self._jit_sample(
-            carry.replay, carry.deferred, carry.key
-        )
-        learner, deferred, sums, count, loss = self._jit_update(
+    def _learn(self, carry: LoopCarry, sample, update, report_of, barrier: bool) -> LoopCarry:
+        """One update, the same on both paths: hand the actors the learner's network as it is
+        before the update, sample (writing the previous update's priorities first), update, and
+        spend ``update_period`` of credit. ``sample``/``update``/``report_of`` are the pure
+        functions (compiled path) or their asynchronous jits (host path)."""
+        actor, report = carry.learner.online, report_of(carry.learner.updates, carry.last_loss)
+        replay, key, batch, indices, sampled_at = sample(carry.replay, carry.deferred, carry.key)
+        if barrier:
+            # Materialise the batch: fused into its consumer, the frame gather turns XLA:CPU's
+            # convolutions into slow generic loops (measured).
+            batch = jax.lax.optimization_barrier(batch)
+        learner, deferred, sums, count, loss = update(
             carry.learner, batch, indices, sampled_at, carry.metric_sums, carry.metric_count
         )
         return dataclasses.replace(
             carry, learner=learner, replay=replay, key=key, deferred=deferred, metric_sums=sums,
             metric_count=count, last_loss=loss, actor=actor, actor_report=report,
+            credit=carry.credit - self._update_period,
         )  # fmt: skip
 
-    @staticmethod
-    @jax.jit
-    def _report_of(updates: jax.Array, last_loss: jax.Array) -> jax.Array:
-        return jnp.stack([updates.astype(jnp.float32), last_loss])
-
-    def _jit_report(self, carry: LoopCarry) -> jax.Array:
-        return self._report_of(carry.learner.updates, carry.last_loss)
+    def _learn_host(self, carry: LoopCarry) -> LoopCarry:
+        """Host path: one update, dispatched without waiting for it."""
+        return self._learn(carry, self._jit_sample, self._jit_update, _jit_report, barrier=False)
 
     def _insert_fields(self, ts: TimeStep, replay_state, pending: Pending, env_steps, credit):
         """Insert the pending step with the environment's answer; credit the transitions."""
@@ -474,22 +479,8 @@ class Loop:
         return self.replay.add(replay_state, step), env_steps, credit
 
     def _learn_once(self, carry: LoopCarry) -> LoopCarry:
-        """One update (compiled path), in the host path's order: hand-off, sample, update."""
-        actor, report = self._handoff(carry)
-        replay, key, batch, indices, sampled_at = self._sample_fields(
-            carry.replay, carry.deferred, carry.key
-        )
-        # Materialise the batch: fused into its consumer, the frame gather turns XLA:CPU's
-        # convolutions into slow generic loops (measured).
-        batch = jax.lax.optimization_barrier(batch)
-        learner, deferred, sums, count, loss = self._update_fields(
-            carry.learner, batch, indices, sampled_at, carry.metric_sums, carry.metric_count
-        )
-        return dataclasses.replace(
-            carry, learner=learner, replay=replay, key=key, deferred=deferred, metric_sums=sums,
-            metric_count=count, last_loss=loss, actor=actor, actor_report=report,
-            credit=carry.credit - self._update_period,
-        )  # fmt: skip
+        """One update (compiled path, inside the scan)."""
+        return self._learn(carry, self._sample_fields, self._update_fields, _report, barrier=True)
 
     def _learn_due(self, carry: LoopCarry) -> LoopCarry:
         """Every due update, under ``cond`` (compiled path: inside ``lax.scan``).
@@ -672,7 +663,7 @@ class Trainer:
             remaining = (cfg.total_env_steps - dispatched + n - 1) // n
             steps = min(length, remaining)
             carry, handle, prev_done, chunk = loop.chunk(carry, handle, prev_done, steps)
-            report = jnp.stack([carry.learner.updates.astype(jnp.float32), carry.last_loss])
+            report = _report(carry.learner.updates, carry.last_loss)
             dispatched += steps * n
             if unaccounted is not None:
                 self._account_chunk(*unaccounted)
