@@ -161,25 +161,13 @@ def _spec_yaml(spec: AlgorithmSpec) -> str:
     return yaml.safe_dump({spec.name or "algorithm": data}, sort_keys=False, allow_unicode=True)
 
 
-def _available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+def _check_memory(nbytes: int, spec: AlgorithmSpec, what: str = "this run") -> None:
+    """Refuse a run whose planned peak memory (replay + overhead) does not fit."""
+    from zoo.memory import plan
 
-
-def _check_memory(nbytes: int, spec: AlgorithmSpec) -> None:
-    available = _available_memory()
-    if available is not None and nbytes > 0.9 * available:
-        raise RunError(
-            f"the replay needs {nbytes / 2**30:.2f} GiB (replay.capacity={spec.replay.capacity:,} "
-            f"transitions) but only {available / 2**30:.2f} GiB of memory is available; lower "
-            "replay.capacity (e.g. --set replay.capacity=100000) or free memory"
-        )
+    memory = plan(nbytes, spec.replay.capacity)
+    if not memory.fits:
+        raise RunError(memory.refusal(what))
 
 
 def _resolve(
