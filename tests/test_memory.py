@@ -30,7 +30,7 @@ def test_plan_peak_and_fit():
     assert small.capacity_that_fits() == 590_000
     message = small.refusal("dqn_adam_mse on Breakout-v5")
     assert "--set replay.capacity=590000" in message
-    assert "7.1 GiB" in message and "6.0 GiB is available" in message
+    assert "8.1 GiB" in message and "6.0 GiB is available" in message
 
 
 def test_plan_when_nothing_fits_or_memory_unknown():
