@@ -20,11 +20,12 @@ __all__ = ["JsonlWriter", "MetricsLogger", "Progress", "read_jsonl", "truncate_j
 
 
 def _plain(value: Any) -> Any:
-    """JSON-friendly scalars (numpy and JAX scalars become Python numbers)."""
+    """JSON-friendly scalars (numpy and JAX scalars become Python numbers; NaN and infinities,
+    which JSON lacks, become null rather than strings a reader would have to parse)."""
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+        return None
     return value
 
 
