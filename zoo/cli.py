@@ -233,7 +233,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             )
         except (compare_lib.CompareError, ValueError) as e:
             return _reference_error("compare", e)
-        target = Path(out) / f"series-{args.record.replace('/', '_')}.yaml"
+        from zoo.rundir import safe_component
+
+        target = Path(out) / f"series-{safe_component(args.record, fallback='ours')}.yaml"
         target.write_text(yaml.safe_dump(entry, sort_keys=False), encoding="utf-8")
         print(
             f"recorded {args.record} in {target} (compare with --reference {target}; ship it "
@@ -423,7 +425,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out",
-        help="where comparison.md/.json/.png go (default: the deepest folder holding all runs)",
+        help="where comparison.md/.json/.png go (default: the deepest folder holding all runs "
+        "if it lies under the working directory, else ./comparison)",
     )
     p.add_argument(
         "--list-series",

@@ -30,16 +30,19 @@ def _plain(value: Any) -> Any:
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All complete records of a JSON-lines file (a torn last line from a crash is skipped)."""
+    """All complete records of a JSON-lines file (a torn last line from a crash, and anything
+    that is not a JSON object, is skipped)."""
     path = Path(path)
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(record, dict):
+            records.append(record)
     return records
 
 
