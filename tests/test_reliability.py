@@ -10,16 +10,26 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
+import zoo
 from zoo import cli, spec
 from zoo.metrics import read_jsonl
-from zoo.rundir import read_history
+from zoo.rundir import read_history, sha256_text
 from zoo.spec import SpecError
+
+#: Where ``zoo`` is imported from, so that subprocesses import the same package.
+PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -521,3 +531,171 @@ def test_the_non_finite_stop_says_truly_whether_a_checkpoint_is_left(tmp_path):
     assert "the loss became" in message and "kept its last good checkpoint" not in message
     assert "stopped before its first checkpoint, so there is nothing to resume" in message
     assert read_history(tmp_path / "nan")[-1]["status"] == "failed"
+
+
+def test_eval_of_a_truncated_checkpoint_falls_back_then_fails_cleanly(finished, tmp_path):
+    # `zoo eval` on a truncated checkpoint printed a clean message, then asyncio tracebacks
+    run = copy_run(finished[0], tmp_path / "run")
+    for step in ("400", "200"):
+        target = max((run / "checkpoints" / step / "learner").glob("*.npy"), key=_size)
+        target.write_bytes(target.read_bytes()[:40])
+        result = subprocess.run(
+            [sys.executable, "-m", "zoo.cli", "eval", str(run), "--episodes", "1"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": PACKAGE_ROOT},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert "Traceback" not in result.stderr and "Error" not in result.stderr.split(":")[0]
+        if step == "400":
+            assert result.returncode == 0, result.stderr
+            assert f"checkpoint 400 of {run} is damaged" in result.stderr
+            assert "is truncated" in result.stderr and "using 200" in result.stderr
+        else:
+            assert result.returncode == 1
+            assert "no checkpoint is intact (every checkpoint is damaged" in result.stderr
+            assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+# ----------------------------------------------------------------------------- one owner only
+
+
+def test_a_lock_dies_with_its_owner(tmp_path):
+    """A crashed owner (kill -9) never leaves its run directory stuck."""
+    from zoo.rundir import RunLock, RunRefusedError
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from zoo.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
+            "print('locked', flush=True); time.sleep(600)",
+            str(tmp_path),
+        ],
+        env={**os.environ, "PYTHONPATH": PACKAGE_ROOT},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(
+            RunRefusedError, match=rf"in use by another zoo process \(pid {holder.pid} "
+        ):
+            RunLock(tmp_path).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    with RunLock(tmp_path):  # the kernel released it
+        pass
+
+
+def test_two_trainers_on_one_run_directory(tmp_path):
+    """Two ``zoo train`` processes on one --run-dir: exactly one runs, the other is refused."""
+    run = tmp_path / "shared"
+    args = [
+        "train",
+        "dqn_cartpole",
+        "--run-dir",
+        str(run),
+        "--steps",
+        "1000000",
+        "--checkpoint-every",
+        "500",
+        "--eval-every",
+        "1000000",
+        *QUICK_SET,
+    ]
+    environ = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "zoo.cli", *args],
+        cwd=tmp_path,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (run / "checkpoints" / "500").is_dir():
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first trainer wrote no checkpoint"
+            time.sleep(0.2)
+        for second_args in (args, ["train", "--resume", str(run)]):
+            second = subprocess.run(
+                [sys.executable, "-m", "zoo.cli", *second_args],
+                cwd=tmp_path,
+                env=environ,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert second.returncode == 2, second.stderr
+            assert f"{run} is in use by another zoo process (pid {first.pid} on" in second.stderr
+            assert "Traceback" not in second.stderr
+            assert first.poll() is None  # the first runs on, undisturbed
+    finally:
+        first.send_signal(signal.SIGINT)  # saves a checkpoint and exits
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 130, err[-3000:]
+    steps = env_steps(run)
+    log_every = 10_000  # the default for a 1,000,000-transition budget: min(steps // 100, 10k)
+    assert steps == list(range(log_every, log_every * len(steps) + 1, log_every)) or steps == []
+    history = read_history(run)
+    assert [e["event"] for e in history] == ["created", "stopped"]
+    assert history[0]["pid"] == first.pid and history[1]["status"] == "interrupted"
+    assert sha256_text((run / "spec.yaml").read_text()) == history[0]["spec_sha256"]
+    assert yaml.safe_load((run / "run.yaml").read_text())["total_env_steps"] == 1_000_000
+
+
+# ------------------------------------------------------------------------------- comparisons
+
+
+def test_compare_refuses_two_runs_of_one_seed(finished, tmp_path, monkeypatch):
+    # two seed-0 runs were counted as "seeds 2" (17 runs, 16 of them seed 0: "seeds 17")
+    monkeypatch.chdir(tmp_path)
+    a = copy_run(finished[0], tmp_path / "runs" / "a")
+    b = copy_run(finished[0], tmp_path / "runs" / "b")
+    code, out, err = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
+    assert code == 1 and out == ""
+    assert f"dqn_cartpole CartPole-v1: 2 runs of seed 0 ({a}, {b})" in err
+    assert "counts each seed once" in err
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_compare_skips_a_stub_run_with_a_note(finished, tmp_path, monkeypatch):
+    # a stub run (created, no records) used to abort the whole comparison
+    monkeypatch.chdir(tmp_path)
+    copy_run(finished[0], tmp_path / "runs" / "good")
+    stub = stub_run(tmp_path / "runs", "stub")
+    (stub / "metrics.jsonl").write_text("")
+    code, out, err = run_cli("compare", str(tmp_path / "runs"))
+    assert code == 0, err
+    assert f"- skipped {stub} has no training records yet (metrics.jsonl is empty)" in out
+    rows = json.loads((tmp_path / "runs" / "good" / "comparison.json").read_text())["rows"]
+    assert all(row["seeds"] == [0] for row in rows)
+    evaluation = next(row for row in rows if row["statistic"] == "evaluation")
+    assert evaluation["values"] == [None]  # its evaluation finished no game
+    assert "the evaluation at 400 env steps finished no game" in evaluation["note"]
+
+
+def test_compare_writes_under_the_working_directory_by_default(finished, tmp_path, monkeypatch):
+    # without --out the files went into the runs' deepest common folder ('/' for /tmp and /home)
+    elsewhere = copy_run(finished[0], tmp_path / "elsewhere" / "run")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    before = files_of(tmp_path / "elsewhere")
+    code, out, err = run_cli("compare", str(elsewhere))
+    assert code == 0, err
+    assert (work / "comparison" / "comparison.md").is_file()
+    assert files_of(tmp_path / "elsewhere") == before
+    assert f"wrote {work / 'comparison' / 'comparison.md'}" in out
+    # runs under the working directory: their common folder, as before
+    inside = copy_run(finished[0], work / "runs" / "r")
+    code, _, _ = run_cli("compare", str(inside))
+    assert code == 0 and (inside / "comparison.md").is_file()
