@@ -144,6 +144,24 @@ def test_a_1000_entry_extends_chain_is_refused_quickly_without_recursion_error(t
     assert len(spec.load_algorithms_file(ok)) == 60
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x: " + "[" * 3000 + "]" * 3000 + "\n",
+        "x: {extends: dqn, network: " + "{a: " * 500 + "1" + "}" * 500 + "}\n",
+    ],
+)
+def test_deep_nesting_is_refused_without_recursion_error(tmp_path, text):
+    path = write(tmp_path, "deep.yaml", text)
+    with pytest.raises(SpecError) as e:
+        spec.load_algorithms_file(path)
+    assert "nested more than 32 levels deep" in messages(e)[0]
+    code, _, err = run_cli("show", "dqn", "--set", "a" + ".a" * 3000 + "=1")
+    assert code == 2 and "nested more than 32 levels deep" in err
+    code, _, err = run_cli("show", "dqn", "--set", "network=" + "[" * 5000)
+    assert code == 2 and "nested more than 32 levels deep" in err
+
+
 # ------------------------------------------------------------------------ command-line values
 
 
@@ -661,7 +679,7 @@ def test_compare_refuses_two_runs_of_one_seed(finished, tmp_path, monkeypatch):
     a = copy_run(finished[0], tmp_path / "runs" / "a")
     b = copy_run(finished[0], tmp_path / "runs" / "b")
     code, out, err = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert f"dqn_cartpole CartPole-v1: 2 runs of seed 0 ({a}, {b})" in err
     assert "counts each seed once" in err
     assert not (tmp_path / "cmp").exists()

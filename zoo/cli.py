@@ -4,15 +4,20 @@
     zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...]
     zoo validate FILE...
     zoo train ALGORITHM|PRESET|FILE [--env ID] [--steps N] [--seed S] [--set KEY=VALUE ...]
-              [--run-dir DIR] [--resume DIR] ...
+              [--run-dir DIR] [--resume DIR [--restart]] ...
     zoo eval RUN_DIR [--episodes N]
     zoo compare RUN_DIR... [--reference SERIES] [--out DIR] [--record ours/NAME]
     zoo compare --list-series [PATTERN]
     zoo reproduce PRESET [--games G ...] [--seeds N] [--frames N] [--run-dir DIR]
 
-Spec errors are printed one per line (file, entry, field path, problem) with exit status 2; no
-traceback. User components enter through ``--plugin MODULE`` (repeatable) or the ``ZOO_PLUGINS``
-environment variable (comma-separated module names), never from inside a YAML file.
+Exit status: 0 done; 2 refused before anything was done or written (a spec error, printed one
+per line with file, entry, field path and problem; an invalid value; a run directory that is not
+empty or in use; a resume that would change the run; runs that cannot be compared); 1 failed
+while running (a non-finite loss, a full disk, no intact checkpoint); 130 interrupted (Ctrl-C,
+checkpoint saved). Never a traceback.
+
+User components enter through ``--plugin MODULE`` (repeatable) or the ``ZOO_PLUGINS`` environment
+variable (comma-separated module names), never from inside a YAML file.
 """
 
 from __future__ import annotations
@@ -216,7 +221,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         comparison = compare_lib.compare(args.run_dirs, reference=args.reference)
     except compare_lib.CompareError as e:
         print(f"zoo compare: {e}", file=sys.stderr)
-        return 1
+        return EXIT_SPEC_ERROR
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
         return _reference_error("compare", e)
     runs = [r.path for g in comparison.groups for r in g.runs]
@@ -264,10 +269,10 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         )
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
         return _reference_error("reproduce", e)
-    except (ReproduceError, RunRefusedError) as e:
+    except (ReproduceError, RunRefusedError, CompareError) as e:
         print(f"zoo reproduce: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
-    except (RunError, CompareError) as e:
+    except RunError as e:
         print(f"zoo reproduce: {e}", file=sys.stderr)
         return 1
     print(format_table(result.comparison), end="")

@@ -1298,7 +1298,7 @@ def load_policy(run_dir: str | os.PathLike[str], *, step: int | None = None) -> 
     created = rundir.creation_record(rundir.read_history(run_path))
     spec = _recorded_spec(run_path, created, "load")
     if not _checkpoint_steps(run_path):
-        raise RunError(f"{run_path} has no checkpoint yet (nothing to load)")
+        raise RunRefusedError(f"{run_path} has no checkpoint yet (nothing to load)")
     with make(settings.env, protocol=settings.protocol, num_envs=1, seed=0, training=False) as env:
         shape, num_actions = env.observation_shape, env.num_actions
     network = build_network(

@@ -898,6 +898,8 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise _problem(str(path), None, "", f"cannot read the file: {e}") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise _problem(str(path), None, "", _TOO_DEEP) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -907,6 +909,8 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise _problem(str(path), None, "", message) from None
     if data is None:
         return {}
+    if too_deep(data):
+        raise _problem(str(path), None, "", _TOO_DEEP)
     if not isinstance(data, dict):
         raise _problem(
             str(path),
@@ -915,6 +919,41 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"expected a mapping of names to entries, got {type(data).__name__}",
         )
     return data
+
+
+#: The deepest nesting of mappings and lists a spec file or an override may have (the specs'
+#: own is 5); deeper input is refused before any recursive merge or validation sees it.
+MAX_NESTING = 32
+_TOO_DEEP = (
+    f"nested more than {MAX_NESTING} levels deep (or an anchor refers to itself); no spec needs "
+    "that"
+)
+
+
+def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether mappings and lists nest more than ``limit`` levels in ``value`` (or loop).
+
+    Walks level by level, visiting each shared object (a YAML alias) once per level, so that
+    neither a deep document nor an alias bomb makes it recurse or explode.
+    """
+    level = [value]
+    for _ in range(limit + 1):
+        deeper: dict[int, Any] = {}
+        for node in level:
+            children = (
+                node.values()
+                if isinstance(node, Mapping)
+                else node
+                if isinstance(node, list | tuple)
+                else ()
+            )
+            for child in children:
+                if isinstance(child, Mapping | list | tuple):
+                    deeper[id(child)] = child
+        if not deeper:
+            return False
+        level = list(deeper.values())
+    return True
 
 
 def _entries(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -962,12 +1001,23 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
             raise _problem("--set", None, item, "expected KEY=VALUE, e.g. loss.n_step=3")
         try:
             value = yaml.safe_load(text) if text.strip() else None
+        except RecursionError:
+            raise _problem("--set", None, key.strip(), _TOO_DEEP) from None
         except yaml.YAMLError as e:
             raise _problem(
                 "--set", None, key.strip(), f"malformed YAML value {text!r}: {e}"
             ) from None
         out[key.strip()] = value
+    _check_overrides(out)
     return out
+
+
+def _check_overrides(overrides: Mapping[str, Any]) -> None:
+    """Refuse overrides nested (by dots or by value) deeper than :data:`MAX_NESTING`."""
+    for key, value in overrides.items():
+        if str(key).count(".") >= MAX_NESTING or too_deep(value):
+            shown = str(key) if len(str(key)) <= 60 else str(key)[:57] + "..."
+            raise _problem(OVERRIDES_SOURCE, None, shown, _TOO_DEEP)
 
 
 def _nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
@@ -1324,6 +1374,8 @@ def _build_algorithm(
     cache: dict[tuple[str, str], tuple[dict[str, Any], int]] | None = None,
 ) -> AlgorithmSpec:
     base = _resolve(entries, name, source, cache)
+    if overrides:
+        _check_overrides(overrides)
     try:
         raw = apply_overrides(base, overrides)
     except (TypeError, AttributeError) as e:
@@ -1366,6 +1418,7 @@ def load_algorithm(
     if isinstance(ref, AlgorithmSpec):
         if not overrides:
             return ref
+        _check_overrides(overrides)
         data = apply_overrides(ref.model_dump(mode="json", serialize_as_any=True), overrides)
         return _validate(AlgorithmSpec, data, "--set", ref.name)
     ref = str(ref)
