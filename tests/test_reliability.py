@@ -694,7 +694,7 @@ def test_compare_skips_a_stub_run_with_a_note(finished, tmp_path, monkeypatch):
     code, out, err = run_cli("compare", str(tmp_path / "runs"))
     assert code == 0, err
     assert f"- skipped {stub} has no training records yet (metrics.jsonl is empty)" in out
-    rows = json.loads((tmp_path / "runs" / "good" / "comparison.json").read_text())["rows"]
+    rows = json.loads((tmp_path / "runs" / "comparison.json").read_text())["rows"]
     assert all(row["seeds"] == [0] for row in rows)
     evaluation = next(row for row in rows if row["statistic"] == "evaluation")
     assert evaluation["values"] == [None]  # its evaluation finished no game
@@ -713,7 +713,10 @@ def test_compare_writes_under_the_working_directory_by_default(finished, tmp_pat
     assert (work / "comparison" / "comparison.md").is_file()
     assert files_of(tmp_path / "elsewhere") == before
     assert f"wrote {work / 'comparison' / 'comparison.md'}" in out
-    # runs under the working directory: their common folder, as before
+    # runs under the working directory: their common folder (beside a single run, never
+    # among its files)
     inside = copy_run(finished[0], work / "runs" / "r")
+    before = files_of(inside)
     code, _, _ = run_cli("compare", str(inside))
-    assert code == 0 and (inside / "comparison.md").is_file()
+    assert code == 0 and (work / "runs" / "comparison.md").is_file()
+    assert files_of(inside) == before

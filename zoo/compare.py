@@ -629,8 +629,9 @@ def write_outputs(
 
 
 def default_out_dir(run_dirs: Sequence[Path], cwd: Path | None = None) -> Path:
-    """Where a comparison goes without ``--out``: the deepest folder holding every run (one run:
-    its own folder) when that lies under the working directory, else ``./comparison``.
+    """Where a comparison goes without ``--out``: the deepest folder holding every run (never a
+    run directory itself: one run's comparison goes beside it) when that lies under the working
+    directory, else ``./comparison``.
 
     Output never lands outside the working directory unless the user names the folder: the
     common folder of runs under ``/tmp`` and ``/home`` is ``/``.
@@ -638,12 +639,12 @@ def default_out_dir(run_dirs: Sequence[Path], cwd: Path | None = None) -> Path:
     here = (cwd or Path.cwd()).resolve()
     fallback = here / "comparison"
     try:
-        if len(run_dirs) == 1:
-            common = Path(run_dirs[0]).resolve()
-        else:
-            common = Path(os.path.commonpath([str(Path(p).resolve()) for p in run_dirs]))
+        resolved = [Path(p).resolve() for p in run_dirs]
+        common = Path(os.path.commonpath([str(p) for p in resolved]))
     except ValueError:
         return fallback
+    if common in resolved or (common / "run.yaml").is_file():
+        common = common.parent
     return common if common.is_relative_to(here) else fallback
 
 
