@@ -264,6 +264,46 @@ def test_a_replay_larger_than_the_budget_is_noted(tmp_path, capsys):
     assert "--set replay.capacity=25000" in err
 
 
+def test_a_network_too_large_for_memory_is_refused_at_run_start_without_allocating(tmp_path):
+    # the spec's lower bound (no input layer) passes this network; the exact count from shapes
+    # (eval_shape: input 4 x width, output width x 2, biases) is 7 x width parameters, which
+    # with the target network and Adam's moments is 2.3 times the machine's memory
+    memory = spec._physical_memory()
+    if memory is None:
+        pytest.skip("the system does not say how much memory it has")
+    width = memory // 48
+    spec.load_algorithm("dqn", overrides={"network.hidden": [width]})  # validates
+    run = tmp_path / "big"
+    code, _, err = run_cli(
+        "train",
+        "dqn",
+        "--steps",
+        "2000",
+        "--run-dir",
+        str(run),
+        "--set",
+        f"network.hidden=[{width}]",
+        "--set",
+        "network.torso={kind: mlp, sizes: []}",
+        "--set",
+        "replay.min_size=100",
+    )
+    assert code == 2, err
+    assert "the network's parameters need" in err and "use smaller layers" in err
+    assert not run.exists()
+
+
+def test_a_replay_layout_that_cannot_hold_a_window_is_refused_before_writing(tmp_path):
+    # used to end in a ValueError traceback after the run directory was written
+    run = tmp_path / "run"
+    code, _, err = run_cli(
+        "train", "dqn_cartpole", "--num-envs", "400", "--run-dir", str(run), *TRAIN_400
+    )
+    assert code == 2, err
+    assert "replay.capacity=400 gives 1 slots per env for num_envs=400" in err
+    assert not run.exists()
+
+
 # ---------------------------------------------------------------------- names that cannot escape
 
 

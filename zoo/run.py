@@ -485,6 +485,7 @@ def _train(
                 "name an algorithm or preset to train, or a run directory to resume"
             )
         spec, settings = _new_settings(algorithm, overrides, total_env_steps, given)
+        _preflight(spec, settings)
         run_path, lock = _create_run_dir(run_dir, spec, settings)
         mode, previous_total = "new", None
 
@@ -911,6 +912,49 @@ def _default_protocol(env_id: str) -> str:
     return default_protocol(env_id)
 
 
+def _preflight(spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """Check that a new run can be built before its directory is written: the replay's layout,
+    and the memory its replay and learner state need (from shapes: nothing is allocated)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from zoo.envs import make
+    from zoo.networks import build_network
+    from zoo.replay import build_replay
+
+    with make(
+        settings.env, protocol=settings.protocol, num_envs=1, seed=settings.seed, training=True
+    ) as probe:
+        shape, dtype = probe.observation_shape, probe.observation_dtype
+        stack, num_actions = probe.stack, probe.num_actions
+    network_bytes = _network_bytes(spec, shape, num_actions)
+    _check_memory(0, network_bytes, spec)
+    core = None
+    if spec.recurrent:
+        shapes = eqx.filter_eval_shape(
+            lambda: build_network(
+                spec,
+                observation_shape=shape,
+                num_actions=num_actions,
+                key=jax.random.PRNGKey(0),
+            ).initial_state()
+        )
+        core = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    try:
+        replay = build_replay(
+            spec,
+            num_envs=settings.num_envs,
+            observation_shape=shape,
+            observation_dtype=dtype,
+            stack=stack,
+            core_state=core,
+        )
+    except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
+        raise RunRefusedError(str(e)) from None
+    _check_memory(replay.nbytes(), network_bytes, spec)
+
+
 def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
     import jax
 
@@ -930,7 +974,10 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
         key=k_net,
     )
     core = network.initial_state() if spec.recurrent else None
-    replay = replay_for_env(spec, env_obj, core_state=core)
+    try:
+        replay = replay_for_env(spec, env_obj, core_state=core)
+    except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
+        raise RunRefusedError(str(e)) from None
     _check_memory(replay.nbytes(), network_bytes, spec)
     learner = Learner(spec)
     return network, learner, replay, learner.init(network, k_learner), k_run, core
