@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -237,8 +238,12 @@ def test_unwritable_or_occupied_run_directory(tmp_path, finished_run):
 
 
 def test_replay_that_cannot_fit_is_refused_before_allocating(tmp_path):
-    with pytest.raises(RunError, match=r"the replay needs [\d.]+ GiB .* is available"):
+    with pytest.raises(RunError) as info:
         quick_train(tmp_path / "huge", overrides={**QUICK, "replay.capacity": 10**12})
+    message = str(info.value)
+    assert re.search(r"needs about [\d.]+ GiB of memory .* GiB is available", message), message
+    fit = int(re.search(r"--set replay.capacity=(\d+)", message).group(1))
+    assert 10**6 < fit < 10**12  # CartPole transitions are small: millions fit, not 10^12
 
 
 def test_unknown_environment_is_a_clear_error(tmp_path):

@@ -272,7 +272,6 @@ class Loop:
         self._jit_act = async_jit(self._act_fields)
         self._jit_sample = async_jit(self._sample_fields, donate_argnums=(0,))
         self._jit_update = async_jit(self._update_fields)
-        self._jit_first_act = async_jit(self._first_act)
         self._jit_chunk = async_jit(
             lambda length, carry, handle, done: self._chunk(carry, handle, done, length),
             donate_argnums=(1, 2),
@@ -284,7 +283,12 @@ class Loop:
         """Act on the first observation after a reset (nothing to insert yet)."""
         self._host_env_steps = int(carry.env_steps)
         self._host_credit = float(carry.credit)
-        return self._jit_first_act(carry, ts)
+        # only the acting fields go through the call: a jitted function that returns an
+        # argument it was given (the replay, here) returns a copy of it unless it is donated
+        key, core, pending, actions, _ = self._jit_act(
+            ts, carry.key, carry.core, carry.actor, carry.actor_report, carry.env_steps
+        )
+        return dataclasses.replace(carry, key=key, core=core, pending=pending), actions
 
     def step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
         """Host path: insert the pending step with the env's answer ``ts``, learn, act on ``ts``.

@@ -170,38 +170,28 @@ def _spec_yaml(spec: AlgorithmSpec) -> str:
     return yaml.safe_dump({spec.name or "algorithm": data}, sort_keys=False, allow_unicode=True)
 
 
-def _available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
 
 def _check_memory(replay_bytes: int, network_bytes: int, spec: AlgorithmSpec) -> None:
-    """Refuse a run whose replay and learner state cannot fit in the memory available now."""
-    available = _available_memory()
+    """Refuse a run whose learner state, or whose planned peak (replay + overhead, see
+    :mod:`zoo.memory`) beside it, does not fit in the memory available now."""
+    from zoo.memory import SAFETY, available_memory, plan
+
+    available = available_memory()
     if available is None:
         return
-    if network_bytes > 0.9 * available:
+    if network_bytes > SAFETY * available:
         raise RunRefusedError(
             f"the network's parameters need {_gib(network_bytes)} (with the target network and "
             f"the optimizer's state) but only {_gib(available)} of memory is available; use "
             "smaller layers (network.hidden)"
         )
-    if replay_bytes + network_bytes > 0.9 * available:
-        raise RunRefusedError(
-            f"the replay needs {_gib(replay_bytes)} (replay.capacity={spec.replay.capacity:,} "
-            f"transitions) but only {_gib(available)} of memory is available; lower "
-            "replay.capacity (e.g. --set replay.capacity=100000) or free memory"
-        )
+    if replay_bytes:
+        memory = plan(replay_bytes, spec.replay.capacity, available=available - network_bytes)
+        if not memory.fits:
+            raise RunRefusedError(memory.refusal("this run"))
 
 
 def _network_bytes(spec: AlgorithmSpec, observation_shape: Any, num_actions: int) -> int:
