@@ -159,7 +159,7 @@ def test_compare_and_reproduce_refuse_another_protocol(reproduced, capsys, tmp_p
 
 def test_compare_names_what_is_not_a_run(capsys, tmp_path):
     code, _, err = run_cli(capsys, "compare", str(tmp_path))
-    assert code == 1 and "no zoo run directory" in err
+    assert code == 2 and "no zoo run directory" in err
     code, out, _ = run_cli(capsys, "compare", "--list-series", "dopamine/*")
     assert code == 0 and "dopamine/dqn_adam_mse" in out and "machado_2018" in out
 

@@ -4,24 +4,30 @@
     zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...]
     zoo validate FILE...
     zoo train ALGORITHM|PRESET|FILE [--env ID] [--steps N] [--seed S] [--set KEY=VALUE ...]
-              [--run-dir DIR] [--resume DIR] ...
+              [--run-dir DIR] [--resume DIR [--restart]] ...
     zoo eval RUN_DIR [--episodes N]
     zoo compare RUN_DIR... [--reference SERIES] [--out DIR] [--record ours/NAME]
     zoo compare --list-series [PATTERN]
     zoo reproduce PRESET [--games G ...] [--seeds N] [--frames N] [--run-dir DIR]
 
-Spec errors are printed one per line (file, entry, field path, problem) with exit status 2; no
-traceback. User components enter through ``--plugin MODULE`` (repeatable) or the ``ZOO_PLUGINS``
-environment variable (comma-separated module names), never from inside a YAML file.
+Exit status: 0 done; 2 refused before anything was done or written (a spec error, printed one
+per line with file, entry, field path and problem; an invalid value; a run directory that is not
+empty or in use; a resume that would change the run; runs that cannot be compared); 1 failed
+while running (a non-finite loss, a full disk, no intact checkpoint); 130 interrupted (Ctrl-C,
+checkpoint saved). Never a traceback.
+
+User components enter through ``--plugin MODULE`` (repeatable) or the ``ZOO_PLUGINS`` environment
+variable (comma-separated module names), never from inside a YAML file.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from zoo import __version__, registry, spec
@@ -102,8 +108,18 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluation_summary(evaluation: dict) -> str:
+    """``evaluation return M ± S over N games``, or what it reports when no game finished."""
+    if evaluation.get("mean_return") is None:
+        return "evaluation: " + (evaluation.get("note") or "no game finished")
+    return (
+        f"evaluation return {evaluation['mean_return']:.1f} ± {evaluation['std_return']:.1f} "
+        f"over {evaluation['episodes']} games"
+    )
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
-    from zoo.run import RunError, train
+    from zoo.run import RunError, RunRefusedError, train
 
     if args.algorithm is None and args.resume is None:
         print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
@@ -117,17 +133,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
             overrides=spec.parse_overrides(args.set or []),
             run_dir=args.run_dir,
             resume=args.resume,
+            restart=args.restart,
             num_envs=args.num_envs,
             protocol=args.protocol,
             eval_every=args.eval_every,
             eval_episodes=args.eval_episodes,
             eval_max_steps=args.eval_max_steps,
             checkpoint_every=args.checkpoint_every,
-            save_replay=not args.no_replay_checkpoint,
+            save_replay=False if args.no_replay_checkpoint else None,
             stop_at_return=args.stop_at_return,
             loop=args.loop,
             on_start=lambda path: print(f"run directory: {path}", file=sys.stderr),
         )
+    except RunRefusedError as e:
+        print(f"zoo train: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
     except RunError as e:
         print(f"zoo train: {e}", file=sys.stderr)
         return 1
@@ -140,25 +160,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
         )
         return 130
     if final is not None:
+        best = result.best_return
         print(
             f"finished {result.env_steps:,} env steps, {result.updates:,} updates; "
-            f"evaluation return {final['mean_return']:.1f} ± {final['std_return']:.1f} over "
-            f"{final['episodes']} games (best {result.best_return:.1f})"
+            f"{_evaluation_summary(final)}" + (f" (best {best:.1f})" if best is not None else "")
         )
     print(f"results: {result.run_dir} (metrics.jsonl, eval.jsonl, tb/, checkpoints/)")
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from zoo.run import RunError, evaluate_run
+    from zoo.run import RunError, RunRefusedError, evaluate_run
 
     try:
         result = evaluate_run(
             args.run_dir, episodes=args.episodes, seed=args.seed, max_steps=args.max_steps
         )
+    except RunRefusedError as e:
+        print(f"zoo eval: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
     except RunError as e:
         print(f"zoo eval: {e}", file=sys.stderr)
         return 1
+    if result["mean_return"] is None:
+        print(f"{result['run_dir']}: {result['note']} (protocol {result['protocol']})")
+        return 0
     print(
         f"{result['run_dir']}: return {result['mean_return']:.2f} ± {result['std_return']:.2f} "
         f"(min {result['min_return']:.1f}, max {result['max_return']:.1f}) over "
@@ -195,7 +221,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         comparison = compare_lib.compare(args.run_dirs, reference=args.reference)
     except compare_lib.CompareError as e:
         print(f"zoo compare: {e}", file=sys.stderr)
-        return 1
+        return EXIT_SPEC_ERROR
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
         return _reference_error("compare", e)
     runs = [r.path for g in comparison.groups for r in g.runs]
@@ -212,7 +238,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             )
         except (compare_lib.CompareError, ValueError) as e:
             return _reference_error("compare", e)
-        target = Path(out) / f"series-{args.record.replace('/', '_')}.yaml"
+        from zoo.rundir import safe_component
+
+        target = Path(out) / f"series-{safe_component(args.record, fallback='ours')}.yaml"
         target.write_text(yaml.safe_dump(entry, sort_keys=False), encoding="utf-8")
         print(
             f"recorded {args.record} in {target} (compare with --reference {target}; ship it "
@@ -225,7 +253,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from zoo import reference as ref_lib
     from zoo.compare import CompareError, format_table
     from zoo.reproduce import ReproduceError, reproduce
-    from zoo.run import RunError
+    from zoo.run import RunError, RunRefusedError
 
     try:
         result = reproduce(
@@ -241,16 +269,50 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         )
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
         return _reference_error("reproduce", e)
-    except ReproduceError as e:
+    except (ReproduceError, RunRefusedError, CompareError) as e:
         print(f"zoo reproduce: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
-    except (RunError, CompareError) as e:
+    except RunError as e:
         print(f"zoo reproduce: {e}", file=sys.stderr)
         return 1
     print(format_table(result.comparison), end="")
     outputs = result.outputs
     print(f"wrote {outputs['md']}, {outputs['json'].name}, {outputs['png'].name}")
     return 0
+
+
+def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in ``[low, high]`` (0 is never read as "default")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"from {low} to {high:,}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def _finite(text: str) -> float:
+    """An argparse type: a finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+#: Counts (at least 1), seeds (31 bits) and environment counts on the command line.
+_COUNT = _whole(1)
+_SEED = _whole(0, 2**31 - 1)
+_NUM_ENVS = _whole(1, 4096)
 
 
 def _load_plugins(modules: Sequence[str]) -> None:
@@ -299,29 +361,46 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train an algorithm or preset; writes a run directory")
     p.add_argument("algorithm", nargs="?", help="catalogue name, preset, FILE.yaml[:ENTRY]")
     p.add_argument("--env", help="environment id (default: the preset's, else CartPole-v1)")
-    p.add_argument("--steps", type=int, help="budget in transitions (agent steps, all envs)")
-    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument(
+        "--steps",
+        type=_COUNT,
+        help="budget in transitions (agent steps, all envs); with --resume, the new budget",
+    )
+    p.add_argument("--seed", type=_SEED, help="seed (default 0)")
     p.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="dotted override, e.g. loss.n_step=3"
     )
-    p.add_argument("--run-dir", help="run directory (default runs/NAME-ENV-sSEED-TIME)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    p.add_argument("--num-envs", type=int, help="parallel environments")
+    p.add_argument(
+        "--run-dir",
+        help="a new or empty run directory (default runs/NAME-ENV-sSEED-TIME)",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a run from its newest intact checkpoint, with the spec and settings it "
+        "was created with (only --steps may change: the budget)",
+    )
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="with --resume: start a run that stopped before its first checkpoint over from "
+        "scratch, with its own spec and settings",
+    )
+    p.add_argument("--num-envs", type=_NUM_ENVS, help="parallel environments")
     p.add_argument("--protocol", help="evaluation protocol (default: the environment's)")
-    p.add_argument("--eval-every", type=int, help="transitions between evaluations")
-    p.add_argument("--eval-episodes", type=int, default=10, help="games per evaluation")
-    p.add_argument("--eval-max-steps", type=int, help="cap on agent steps per evaluation")
-    p.add_argument("--checkpoint-every", type=int, help="transitions between checkpoints")
+    p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
+    p.add_argument("--eval-episodes", type=_COUNT, help="games per evaluation (default 10)")
+    p.add_argument("--eval-max-steps", type=_COUNT, help="cap on agent steps per evaluation")
+    p.add_argument("--checkpoint-every", type=_COUNT, help="transitions between checkpoints")
     p.add_argument(
         "--no-replay-checkpoint",
         action="store_true",
         help="leave the replay out of checkpoints (a resumed run refills it)",
     )
-    p.add_argument("--stop-at-return", type=float, help="stop once an evaluation reaches this")
+    p.add_argument("--stop-at-return", type=_finite, help="stop once an evaluation reaches this")
     p.add_argument(
         "--loop",
         choices=["auto", "host", "compiled"],
-        default="auto",
         help="host: envpool's Python API between jitted steps; compiled: lax.scan chunks with "
         "envpool's XLA step (same semantics); auto (default): compiled for vector observations, "
         "host for images (XLA:CPU's convolutions are slow inside loops)",
@@ -330,9 +409,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoint under its protocol")
     p.add_argument("run_dir")
-    p.add_argument("--episodes", type=int, default=10, help="games to play")
-    p.add_argument("--seed", type=int, default=12345, help="evaluation seed")
-    p.add_argument("--max-steps", type=int, help="cap on agent steps")
+    p.add_argument("--episodes", type=_COUNT, default=10, help="games to play")
+    p.add_argument("--seed", type=_SEED, default=12345, help="evaluation seed")
+    p.add_argument("--max-steps", type=_COUNT, help="cap on agent steps")
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser(
@@ -351,7 +430,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out",
-        help="where comparison.md/.json/.png go (default: the deepest folder holding all runs)",
+        help="where comparison.md/.json/.png go (default: the deepest folder holding all runs "
+        "if it lies under the working directory, else ./comparison)",
     )
     p.add_argument(
         "--list-series",
@@ -375,17 +455,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("preset", help="preset name or file")
     p.add_argument("--games", nargs="+", help="games or env ids (default: the preset's)")
-    p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (default 1)")
+    p.add_argument("--seeds", type=_whole(1, 1000), default=1, help="seeds 0..N-1 (default 1)")
     p.add_argument(
         "--frames",
-        type=int,
+        type=_COUNT,
         help="budget in frames (agent steps = frames / frame skip); default: the preset's",
     )
     p.add_argument("--run-dir", default="reproduce", help="output folder (default ./reproduce)")
     p.add_argument("--reference", metavar="SERIES", help="compare with this series instead")
-    p.add_argument("--eval-episodes", type=int, default=10, help="games per evaluation")
-    p.add_argument("--eval-every", type=int, help="transitions between evaluations")
-    p.add_argument("--num-envs", type=int, help="parallel environments (default: the preset's)")
+    p.add_argument("--eval-episodes", type=_COUNT, default=10, help="games per evaluation")
+    p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
+    p.add_argument(
+        "--num-envs", type=_NUM_ENVS, help="parallel environments (default: the preset's)"
+    )
     p.set_defaults(func=_cmd_reproduce)
     return parser
 

@@ -74,31 +74,55 @@ class RunInfo:
     evals: list[dict[str, Any]] = field(repr=False)
 
 
+#: What reading a damaged ``run.yaml`` raises.
+_DAMAGED = (OSError, ValueError, yaml.YAMLError, AttributeError, KeyError, TypeError)
+
+
 def load_run(path: str | os.PathLike[str]) -> RunInfo:
-    """Read a run directory's settings and records (no JAX needed)."""
-    from zoo.envs import get_protocol
+    """Read a run directory's settings and records (no JAX needed).
+
+    Raises:
+      CompareError: ``path`` is not a run, its ``run.yaml`` is damaged, or it has no training
+        records yet (a run stopped before its first log).
+    """
+    from zoo.envs import UnknownProtocolError, get_protocol
 
     path = Path(path)
     if not (path / "run.yaml").is_file():
         raise CompareError(f"{path} is not a zoo run directory (no run.yaml)")
-    settings = yaml.safe_load((path / "run.yaml").read_text(encoding="utf-8"))
+    try:
+        settings = yaml.safe_load((path / "run.yaml").read_text(encoding="utf-8"))
+        preset = settings.get("preset")
+        name = preset or Path(str(settings["algorithm"])).stem
+        env, protocol, seed = str(settings["env"]), str(settings["protocol"]), int(settings["seed"])
+        frame_skip = get_protocol(protocol).frame_skip
+    except (*_DAMAGED, UnknownProtocolError) as e:
+        raise CompareError(f"{path}: run.yaml is damaged ({type(e).__name__}: {e})") from None
     metrics = read_jsonl(path / "metrics.jsonl")
     evals = read_jsonl(path / "eval.jsonl")
     if not metrics:
         raise CompareError(f"{path} has no training records yet (metrics.jsonl is empty)")
-    preset = settings.get("preset")
     return RunInfo(
         path=path,
-        name=preset or Path(str(settings["algorithm"])).stem,
+        name=name,
         preset=preset,
-        env=settings["env"],
-        protocol=settings["protocol"],
-        seed=int(settings["seed"]),
-        frame_skip=get_protocol(settings["protocol"]).frame_skip,
+        env=env,
+        protocol=protocol,
+        seed=seed,
+        frame_skip=frame_skip,
         final_env_steps=int(metrics[-1]["env_steps"]),
         metrics=metrics,
         evals=evals,
     )
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, or ``None`` (a null, a legacy "nan" string, anything else)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def find_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -127,8 +151,9 @@ def training_statistic(
         count = int(record.get("games", previous)) - previous
         previous = int(record.get("games", previous))
         steps = int(record["env_steps"])
-        if end_steps - window_steps < steps <= end_steps and count > 0 and "return" in record:
-            total += float(record["return"]) * count
+        value = _number(record.get("return"))
+        if end_steps - window_steps < steps <= end_steps and count > 0 and value is not None:
+            total += value * count
             games += count
     return (total / games if games else None), games
 
@@ -136,12 +161,13 @@ def training_statistic(
 def evaluation_statistic(
     evals: Sequence[dict[str, Any]], end_steps: int
 ) -> tuple[float | None, int | None]:
-    """The greedy evaluation at ``end_steps`` (or the last one before it) and its env steps."""
+    """The greedy evaluation at ``end_steps`` (or the last one before it) and its env steps;
+    the value is ``None`` where that evaluation finished no game."""
     before = [e for e in evals if int(e["env_steps"]) <= end_steps]
     if not before:
         return None, None
     last = before[-1]
-    return float(last["mean_return"]), int(last["env_steps"])
+    return _number(last.get("mean_return")), int(last["env_steps"])
 
 
 @dataclass
@@ -265,8 +291,12 @@ def _row(group: Group, statistic: str, series: Series | None) -> Row:
         for run in runs:
             value, at = evaluation_statistic(run.evals, steps)
             values.append(value)
-            if value is None:
+            if at is None:
                 notes.append(f"seed {run.seed}: no evaluation by {steps:,} env steps")
+            elif value is None:
+                notes.append(
+                    f"seed {run.seed}: the evaluation at {at:,} env steps finished no game"
+                )
             elif at != steps:
                 notes.append(f"seed {run.seed}: evaluation at {at:,} env steps")
     mean, lo, hi = _summary(values)
@@ -324,7 +354,14 @@ def compare(
       zoo.reference.ProtocolMismatchError: ``reference`` has another protocol than some runs.
       zoo.reference.UnknownSeriesError: ``reference`` is not a known series.
     """
-    runs = [load_run(p) for p in find_runs(run_dirs)]
+    runs, skipped = [], []
+    for path in find_runs(run_dirs):
+        try:
+            runs.append(load_run(path))
+        except CompareError as e:  # a stub (no records yet) or a damaged run: skip, say so
+            skipped.append(f"skipped {e}")
+    if not runs:
+        raise CompareError("no run to compare: " + "; ".join(skipped))
     explicit = ref_lib.load_series(reference) if reference is not None else None
     groups: dict[tuple[str, str, str], Group] = {}
     for run in runs:
@@ -332,7 +369,9 @@ def compare(
         if key not in groups:
             groups[key] = Group(run.name, run.env, run.protocol, [], 0)
         groups[key].runs.append(run)
-    comparison = Comparison(groups=list(groups.values()))
+    for group in groups.values():
+        _refuse_duplicate_seeds(group)
+    comparison = Comparison(groups=list(groups.values()), notes=skipped)
     for group in comparison.groups:
         group.runs.sort(key=lambda r: r.seed)
         finals = [r.final_env_steps for r in group.runs]
@@ -356,6 +395,22 @@ def compare(
             _row(group, st, None) for st in ("evaluation", "training") if st not in covered
         ]
     return comparison
+
+
+def _refuse_duplicate_seeds(group: Group) -> None:
+    """A group counts each seed once: two runs of one seed would be counted as two seeds."""
+    by_seed: dict[int, list[Path]] = {}
+    for run in group.runs:
+        by_seed.setdefault(run.seed, []).append(run.path)
+    repeated = {seed: paths for seed, paths in by_seed.items() if len(paths) > 1}
+    if repeated:
+        seed, paths = next(iter(sorted(repeated.items())))
+        shown = ", ".join(map(str, paths[:3])) + (", ..." if len(paths) > 3 else "")
+        more = f" (and {len(repeated) - 1} more seeds repeated)" if len(repeated) > 1 else ""
+        raise CompareError(
+            f"{group.name} {group.env}: {len(paths)} runs of seed {seed} ({shown}){more}; a "
+            "comparison counts each seed once: pass one run per seed"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -476,13 +531,11 @@ def format_markdown(comparison: Comparison, title: str = "Comparison") -> str:
 
 
 def _curve(run: RunInfo, statistic: str) -> list[tuple[int, float]]:
-    if statistic == "evaluation":
-        return [(int(e["env_steps"]) * run.frame_skip, float(e["mean_return"])) for e in run.evals]
-    return [
-        (int(m["env_steps"]) * run.frame_skip, float(m["return"]))
-        for m in run.metrics
-        if "return" in m
-    ]
+    records, key = (
+        (run.evals, "mean_return") if statistic == "evaluation" else (run.metrics, "return")
+    )
+    points = [(int(r["env_steps"]) * run.frame_skip, _number(r.get(key))) for r in records]
+    return [(frames, value) for frames, value in points if value is not None]
 
 
 def _mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
@@ -575,14 +628,24 @@ def write_outputs(
     return paths
 
 
-def default_out_dir(run_dirs: Sequence[Path]) -> Path:
-    """The deepest folder that holds every run (one run: its own folder); else the cwd."""
+def default_out_dir(run_dirs: Sequence[Path], cwd: Path | None = None) -> Path:
+    """Where a comparison goes without ``--out``: the deepest folder holding every run (never a
+    run directory itself: one run's comparison goes beside it) when that lies under the working
+    directory, else ``./comparison``.
+
+    Output never lands outside the working directory unless the user names the folder: the
+    common folder of runs under ``/tmp`` and ``/home`` is ``/``.
+    """
+    here = (cwd or Path.cwd()).resolve()
+    fallback = here / "comparison"
     try:
-        if len(run_dirs) == 1:
-            return Path(run_dirs[0])
-        return Path(os.path.commonpath([str(Path(p).absolute()) for p in run_dirs]))
+        resolved = [Path(p).resolve() for p in run_dirs]
+        common = Path(os.path.commonpath([str(p) for p in resolved]))
     except ValueError:
-        return Path.cwd()
+        return fallback
+    if common in resolved or (common / "run.yaml").is_file():
+        common = common.parent
+    return common if common.is_relative_to(here) else fallback
 
 
 def record_series(comparison: Comparison, series_id: str, source: str) -> dict[str, Any]:

@@ -20,25 +20,29 @@ __all__ = ["JsonlWriter", "MetricsLogger", "Progress", "read_jsonl", "truncate_j
 
 
 def _plain(value: Any) -> Any:
-    """JSON-friendly scalars (numpy and JAX scalars become Python numbers)."""
+    """JSON-friendly scalars (numpy and JAX scalars become Python numbers; NaN and infinities,
+    which JSON lacks, become null rather than strings a reader would have to parse)."""
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+        return None
     return value
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All complete records of a JSON-lines file (a torn last line from a crash is skipped)."""
+    """All complete records of a JSON-lines file (a torn last line from a crash, and anything
+    that is not a JSON object, is skipped)."""
     path = Path(path)
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(record, dict):
+            records.append(record)
     return records
 
 

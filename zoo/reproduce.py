@@ -4,7 +4,8 @@ Each (game, seed) trains into ``RUN_DIR/<preset>/<game>/seed<k>`` through :func:
 
 - a run whose newest checkpoint has reached the budget is **reused** (not retrained);
 - a run with a checkpoint short of the budget is **resumed** from it (``train(resume=...)``);
-- a folder without any checkpoint (a run killed before its first one) is started afresh;
+- a run without any checkpoint (killed before its first one) is started over, with its own
+  spec and settings (``train(resume=..., restart=True)``, recorded in its history);
 - a folder holding a run of another preset, environment, protocol or seed is refused.
 
 Then the runs are compared with the preset's reference series exactly as ``zoo compare`` does
@@ -16,7 +17,6 @@ frames / the protocol's frame skip (4 on Atari, 1 elsewhere).
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,7 @@ import yaml
 from zoo import compare as compare_lib
 from zoo import reference as ref_lib
 from zoo import spec as spec_lib
+from zoo.rundir import safe_component
 
 __all__ = ["ReproduceError", "ReproduceResult", "game_env_id", "reproduce"]
 
@@ -91,23 +92,19 @@ def _run_state(run_dir: Path) -> int | None:
 
 
 def _check_same_run(run_dir: Path, expected: dict[str, Any]) -> None:
-    settings = yaml.safe_load((run_dir / "run.yaml").read_text(encoding="utf-8"))
-    wrong = {k: (settings.get(k), v) for k, v in expected.items() if settings.get(k) != v}
+    try:
+        settings = yaml.safe_load((run_dir / "run.yaml").read_text(encoding="utf-8"))
+        wrong = {k: (settings.get(k), v) for k, v in expected.items() if settings.get(k) != v}
+    except (OSError, ValueError, yaml.YAMLError, AttributeError) as e:
+        raise ReproduceError(
+            f"{run_dir} holds a run whose run.yaml is damaged ({e}); choose another --run-dir "
+            "or remove it"
+        ) from None
     if wrong:
         what = ", ".join(f"{k} {have!r} (expected {want!r})" for k, (have, want) in wrong.items())
         raise ReproduceError(
             f"{run_dir} holds another run: {what}; choose another --run-dir or remove it"
         )
-
-
-def _fresh(run_dir: Path) -> None:
-    """Clear what a run killed before its first checkpoint left (records without a state)."""
-    for name in ("metrics.jsonl", "eval.jsonl", "tb", "checkpoints"):
-        target = run_dir / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
 
 
 def reproduce(
@@ -175,18 +172,21 @@ def reproduce(
         f"reproducing {loaded.name} ({protocol}) on {', '.join(env_ids)} × {seeds} seed(s) at "
         f"{steps:,} agent steps = {steps * skip:,} frames, in {root}"
     )
+    # names from files become path components only once made harmless (no separators, no ..)
+    preset_folder = safe_component(loaded.name, fallback="preset")
     for env_id in env_ids:
-        folder = env_id.replace("/", "_")
+        folder = safe_component(env_id, fallback="env")
         for seed in range(seeds):
-            path = root / loaded.name / folder / f"seed{seed}"
-            have = _run_state(path) if (path / "run.yaml").is_file() else None
+            path = root / preset_folder / folder / f"seed{seed}"
+            is_run = (path / "run.yaml").is_file()
+            have = _run_state(path) if is_run else None
             common = dict(
                 eval_every=eval_every,
                 eval_episodes=eval_episodes,
                 progress=progress,
                 num_envs=num_envs,
             )
-            if have is not None:
+            if is_run:
                 _check_same_run(
                     path, {"preset": loaded.name, "env": env_id, "protocol": protocol, "seed": seed}
                 )
@@ -196,9 +196,12 @@ def reproduce(
                 log(f"{path}: resuming from {have:,} env steps")
                 train(resume=path, total_env_steps=steps, progress=progress)
                 status = f"resumed from {have:,} env steps"
+            elif is_run:
+                # killed before its first checkpoint: the same run, started over explicitly
+                log(f"{path}: no checkpoint; restarting, {steps:,} env steps")
+                train(resume=path, restart=True, total_env_steps=steps, progress=progress)
+                status = "restarted (it had no checkpoint)"
             else:
-                if path.exists():
-                    _fresh(path)
                 log(f"{path}: training {steps:,} env steps")
                 train(
                     preset,

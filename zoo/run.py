@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
+import numbers
 import os
 import platform
 import subprocess
@@ -31,13 +33,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from zoo import rundir
 from zoo import spec as spec_lib
+from zoo.rundir import RunError, RunRefusedError
 from zoo.spec import AlgorithmSpec, SpecError
 
 __all__ = [
+    "MAX_NUM_ENVS",
+    "MAX_SEED",
     "RunError",
+    "RunRefusedError",
     "RunResult",
     "RunSettings",
     "evaluate_run",
@@ -45,10 +52,6 @@ __all__ = [
     "replay_for_env",
     "train",
 ]
-
-
-class RunError(RuntimeError):
-    """A run could not start or continue; the message says why and how to fix it."""
 
 
 class RunSettings(BaseModel):
@@ -60,17 +63,21 @@ class RunSettings(BaseModel):
     preset: str | None = Field(None, description="preset name, if the run came from one")
     env: str = Field(description="environment id")
     protocol: str = Field(description="evaluation protocol")
-    num_envs: int = Field(ge=1, description="parallel environments")
+    num_envs: int = Field(ge=1, le=4096, description="parallel environments")
     total_env_steps: int = Field(gt=0, description="training budget in transitions")
-    seed: int = Field(description="seed of networks, exploration, replay and environments")
+    seed: int = Field(
+        ge=0, le=2**31 - 1, description="seed of networks, exploration, replay and environments"
+    )
     eval_every: int = Field(gt=0, description="transitions between evaluations")
     eval_episodes: int = Field(gt=0, description="games per evaluation")
-    eval_max_steps: int | None = Field(None, description="cap on agent steps per evaluation")
+    eval_max_steps: int | None = Field(None, gt=0, description="cap on agent steps per evaluation")
     checkpoint_every: int = Field(gt=0, description="transitions between checkpoints")
     log_every: int = Field(gt=0, description="transitions between training records")
     save_replay: bool = Field(True, description="checkpoint the replay contents and priorities")
     stop_at_return: float | None = Field(
-        None, description="stop early once an evaluation's mean return reaches this"
+        None,
+        allow_inf_nan=False,
+        description="stop early once an evaluation's mean return reaches this",
     )
     loop: Literal["auto", "host", "compiled"] = Field(
         "auto",
@@ -96,7 +103,9 @@ class RunResult:
 
     @property
     def best_return(self) -> float | None:
-        return max((e["mean_return"] for e in self.evaluations), default=None)
+        """The best mean return over evaluations that finished a game (``None`` if none did)."""
+        returns = [e["mean_return"] for e in self.evaluations if e.get("mean_return") is not None]
+        return max(returns, default=None)
 
 
 def _provenance(settings: RunSettings, protocol: Any) -> dict[str, Any]:
@@ -161,13 +170,49 @@ def _spec_yaml(spec: AlgorithmSpec) -> str:
     return yaml.safe_dump({spec.name or "algorithm": data}, sort_keys=False, allow_unicode=True)
 
 
-def _check_memory(nbytes: int, spec: AlgorithmSpec, what: str = "this run") -> None:
-    """Refuse a run whose planned peak memory (replay + overhead) does not fit."""
-    from zoo.memory import plan
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
 
-    memory = plan(nbytes, spec.replay.capacity)
-    if not memory.fits:
-        raise RunError(memory.refusal(what))
+
+def _check_memory(replay_bytes: int, network_bytes: int, spec: AlgorithmSpec) -> None:
+    """Refuse a run whose learner state, or whose planned peak (replay + overhead, see
+    :mod:`zoo.memory`) beside it, does not fit in the memory available now."""
+    from zoo.memory import SAFETY, available_memory, plan
+
+    available = available_memory()
+    if available is None:
+        return
+    if network_bytes > SAFETY * available:
+        raise RunRefusedError(
+            f"the network's parameters need {_gib(network_bytes)} (with the target network and "
+            f"the optimizer's state) but only {_gib(available)} of memory is available; use "
+            "smaller layers (network.hidden)"
+        )
+    if replay_bytes:
+        memory = plan(replay_bytes, spec.replay.capacity, available=available - network_bytes)
+        if not memory.fits:
+            raise RunRefusedError(memory.refusal("this run"))
+
+
+def _network_bytes(spec: AlgorithmSpec, observation_shape: Any, num_actions: int) -> int:
+    """Bytes of the learner state's parameters (online, target, two optimizer moments),
+    counted from shapes with ``jax.eval_shape``: nothing is allocated."""
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    from zoo.networks import build_network
+
+    shapes = eqx.filter_eval_shape(
+        build_network,
+        spec,
+        observation_shape=tuple(observation_shape),
+        num_actions=num_actions,
+        key=jax.random.PRNGKey(0),
+    )
+    leaves = [x for x in jax.tree.leaves(shapes) if isinstance(x, jax.ShapeDtypeStruct)]
+    one = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
+    return one * spec_lib.PARAMETER_COPIES
 
 
 def _resolve(
@@ -193,46 +238,135 @@ def _resolve(
     return spec_lib.load_algorithm(name, overrides=overrides), None, {}
 
 
+#: The largest seed (seeds are 31-bit: envpool's and the evaluation's seeds derive from them).
+MAX_SEED = 2**31 - 1
+#: The most parallel environments one run may ask for.
+MAX_NUM_ENVS = 4096
+
+#: ``train`` argument -> (the ``zoo train`` flag that sets it, smallest value, largest value).
+_COUNTS: dict[str, tuple[str, int, int | None]] = {
+    "total_env_steps": ("--steps", 1, None),
+    "num_envs": ("--num-envs", 1, MAX_NUM_ENVS),
+    "eval_every": ("--eval-every", 1, None),
+    "eval_episodes": ("--eval-episodes", 1, None),
+    "eval_max_steps": ("--eval-max-steps", 1, None),
+    "checkpoint_every": ("--checkpoint-every", 1, None),
+    "log_every": ("log_every", 1, None),
+    "seed": ("--seed", 0, MAX_SEED),
+}
+
+#: Settings a resumed run keeps, with the flag that would change them.
+_FLAGS = {
+    "env": "--env",
+    "protocol": "--protocol",
+    "seed": "--seed",
+    "num_envs": "--num-envs",
+    "eval_every": "--eval-every",
+    "eval_episodes": "--eval-episodes",
+    "eval_max_steps": "--eval-max-steps",
+    "checkpoint_every": "--checkpoint-every",
+    "log_every": "log_every",
+    "save_replay": "--no-replay-checkpoint",
+    "stop_at_return": "--stop-at-return",
+    "loop": "--loop",
+}
+
+
+def check_count(name: str, value: Any) -> int | None:
+    """``value`` of the count ``name`` (``None`` passes), or :class:`RunRefusedError` naming the
+    flag and the allowed range: zero and negative counts are refused, never read as a default."""
+    if value is None:
+        return None
+    flag, low, high = _COUNTS[name]
+    label = name if flag == name else f"{flag} ({name})"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise RunRefusedError(f"{label} must be a whole number, got {value!r}")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        bound = f"from {low} to {high:,}" if high is not None else f"at least {low}"
+        raise RunRefusedError(f"{label} must be {bound}, got {value}")
+    return value
+
+
+def _check_arguments(arguments: Mapping[str, Any]) -> None:
+    for name in _COUNTS:
+        check_count(name, arguments[name])
+    target = arguments["stop_at_return"]
+    if target is not None and (
+        isinstance(target, bool)
+        or not isinstance(target, numbers.Real)
+        or not math.isfinite(float(target))
+    ):
+        raise RunRefusedError(f"--stop-at-return must be a finite number, got {target!r}")
+    if arguments["loop"] not in (None, "auto", "host", "compiled"):
+        raise RunRefusedError(f"--loop must be auto, host or compiled, got {arguments['loop']!r}")
+    if arguments["restart"] and arguments["resume"] is None:
+        raise RunRefusedError(
+            "--restart starts a run over in its own directory: use it with --resume RUN_DIR"
+        )
+    resume, run_dir = arguments["resume"], arguments["run_dir"]
+    if (
+        resume is not None
+        and run_dir is not None
+        and Path(run_dir).absolute() != Path(resume).absolute()
+    ):
+        raise RunRefusedError(
+            "--run-dir and --resume name different directories; a resumed run stays in "
+            "its own directory (omit --run-dir)"
+        )
+
+
 def train(
     algorithm: str | os.PathLike[str] | AlgorithmSpec | None = None,
     env: str | None = None,
     total_env_steps: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     *,
     overrides: Mapping[str, Any] | None = None,
     run_dir: str | os.PathLike[str] | None = None,
     resume: str | os.PathLike[str] | None = None,
+    restart: bool = False,
     num_envs: int | None = None,
     protocol: str | None = None,
     eval_every: int | None = None,
-    eval_episodes: int = 10,
+    eval_episodes: int | None = None,
     eval_max_steps: int | None = None,
     checkpoint_every: int | None = None,
     log_every: int | None = None,
-    save_replay: bool = True,
+    save_replay: bool | None = None,
     stop_at_return: float | None = None,
-    loop: str = "auto",
+    loop: str | None = None,
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
 ) -> RunResult:
     """Train an algorithm or preset; what ``zoo train`` does.
 
+    A run directory has one owner and one history: it is created fresh (an existing directory
+    must be empty) or resumed, never both, and never by two processes at once (see
+    :mod:`zoo.rundir`). ``None`` means "not given" for every setting; 0 is never a default.
+
     Args:
       algorithm: catalogue name, preset name, YAML path (``file.yaml[:entry]``) or a spec.
         Omitted with ``resume``.
       env: environment id (default: the preset's, else ``CartPole-v1``).
-      total_env_steps: budget in transitions (default: the preset's, else 50,000).
-      seed: seeds networks, exploration, replay sampling and environments.
+      total_env_steps: budget in transitions (default: the preset's, else 50,000). With
+        ``resume``, extends (or keeps) the run's budget, recorded in its history.
+      seed: seeds networks, exploration, replay sampling and environments (default 0).
       overrides: dotted overrides of the algorithm (``{"loss.n_step": 3}``).
-      run_dir: where the run is written (default ``runs/<algorithm>-<env>-s<seed>-<time>``).
-      resume: a run directory to continue from its newest checkpoint (``run_dir`` ignored).
+      run_dir: where the run is written (default ``runs/<algorithm>-<env>-s<seed>-<time>``); it
+        must not exist or be empty.
+      resume: a run directory to continue from its newest intact checkpoint. The run keeps the
+        spec and settings recorded at its creation: any other algorithm, ``overrides``, ``env``,
+        ``protocol``, ``seed`` or setting is refused with what differs.
+      restart: with ``resume``: start a run that stopped before its first checkpoint over from
+        scratch, with its recorded spec and settings.
       num_envs: parallel environments (default: the preset's, else 1).
       protocol: evaluation protocol (default: the environment's).
-      eval_every, eval_episodes, eval_max_steps: evaluation cadence, size and step cap.
+      eval_every, eval_episodes, eval_max_steps: evaluation cadence, size (default 10) and cap.
       checkpoint_every, log_every: in transitions.
-      save_replay: include the replay in checkpoints.
+      save_replay: include the replay in checkpoints (default true).
       stop_at_return: stop once an evaluation's mean return reaches this.
-      loop: ``"auto"`` (compiled where envpool's XLA interface exists), ``"host"`` or
+      loop: ``"auto"`` (default: compiled where envpool's XLA interface exists), ``"host"`` or
         ``"compiled"`` (see :mod:`zoo.loop`).
       progress: show the progress line on a terminal.
       on_start: called with the run directory once it exists (tests use it).
@@ -242,15 +376,19 @@ def train(
 
     Raises:
       SpecError: the algorithm or overrides are invalid.
-      RunError: the run cannot start (memory, run directory, resume mismatch, non-finite loss).
+      RunRefusedError: the run was refused before anything was written (invalid values, a run
+        directory that is not empty or in use, a resume that would change the run, a budget
+        below ``replay.min_size``, a network or replay that cannot fit in memory).
+      RunError: the run failed (a non-finite loss, a full disk, no intact checkpoint).
     """
+    _check_arguments(locals())
     with _environment_errors():
         return _train(**locals())
 
 
 @contextlib.contextmanager
 def _environment_errors() -> Iterator[None]:
-    """Unknown or mismatched environments and protocols become a :class:`RunError`."""
+    """Unknown or mismatched environments and protocols refuse the run."""
     from zoo import envs
 
     try:
@@ -261,99 +399,501 @@ def _environment_errors() -> Iterator[None]:
         envs.ProtocolMismatchError,
         envs.UnknownProtocolError,
     ) as e:
-        raise RunError(str(e)) from None
+        raise RunRefusedError(str(e)) from None
+
+
+def _say(message: str) -> None:
+    """A note for the user (stderr): what the run decided on their behalf."""
+    print(f"zoo: {message}", file=sys.stderr, flush=True)
 
 
 def _train(
     algorithm: Any,
     env: str | None,
     total_env_steps: int | None,
-    seed: int,
+    seed: int | None,
     *,
     overrides: Mapping[str, Any] | None,
     run_dir: Any,
     resume: Any,
+    restart: bool,
     num_envs: int | None,
     protocol: str | None,
     eval_every: int | None,
-    eval_episodes: int,
+    eval_episodes: int | None,
     eval_max_steps: int | None,
     checkpoint_every: int | None,
     log_every: int | None,
-    save_replay: bool,
+    save_replay: bool | None,
     stop_at_return: float | None,
-    loop: str,
+    loop: str | None,
     progress: bool,
     on_start: Callable[[Path], None] | None,
 ) -> RunResult:
     """:func:`train`'s body (arguments as documented there)."""
-    from zoo.envs import get_protocol, make
+    from zoo.envs import make
 
+    given = {
+        "env": env,
+        "protocol": protocol,
+        "seed": seed,
+        "num_envs": num_envs,
+        "eval_every": eval_every,
+        "eval_episodes": eval_episodes,
+        "eval_max_steps": eval_max_steps,
+        "checkpoint_every": checkpoint_every,
+        "log_every": log_every,
+        "save_replay": save_replay,
+        "stop_at_return": stop_at_return,
+        "loop": loop,
+    }
     if resume is not None:
         run_path = Path(resume)
-        if not (run_path / "run.yaml").exists():
-            raise RunError(f"cannot resume: {run_path} has no run.yaml (not a zoo run directory)")
-        settings = RunSettings.model_validate(yaml.safe_load((run_path / "run.yaml").read_text()))
-        spec = spec_lib.load_algorithm(run_path / "spec.yaml")
-        if total_env_steps is not None:
-            settings = settings.model_copy(update={"total_env_steps": int(total_env_steps)})
+        lock = _lock_run_to_resume(run_path)
+        try:
+            spec, settings, previous_total = _resumable(
+                run_path, algorithm, overrides, total_env_steps, given
+            )
+            mode = "resume"
+            if restart:
+                _restart(run_path, settings)
+                mode = "restart"
+            elif not _checkpoint_steps(run_path):
+                last = _last_record_step(run_path)
+                records = f" (records up to env step {last:,})" if last is not None else ""
+                raise RunRefusedError(
+                    f"cannot resume {run_path}: it stopped before its first checkpoint"
+                    f"{records}; start it over from scratch, with its own spec and settings, "
+                    f"with: zoo train --resume {run_path} --restart"
+                )
+        except BaseException:
+            lock.release()
+            raise
     else:
         if algorithm is None:
-            raise RunError("name an algorithm or preset to train, or a run directory to resume")
-        spec, preset_name, defaults = _resolve(algorithm, overrides)
-        env_id = env or defaults.get("env") or "CartPole-v1"
-        from zoo.envs import resolve_env
+            raise RunRefusedError(
+                "name an algorithm or preset to train, or a run directory to resume"
+            )
+        spec, settings = _new_settings(algorithm, overrides, total_env_steps, given)
+        _preflight(spec, settings)
+        run_path, lock = _create_run_dir(run_dir, spec, settings)
+        mode, previous_total = "new", None
 
-        env_id = resolve_env(env_id).env_id  # unknown ids fail before anything is written
-        steps = int(total_env_steps or defaults.get("total_env_steps") or 50_000)
-        proto = get_protocol(protocol or defaults.get("protocol") or _default_protocol(env_id))
-        settings = RunSettings(
-            algorithm=str(algorithm if not isinstance(algorithm, AlgorithmSpec) else spec.name),
-            preset=preset_name,
-            env=env_id,
-            protocol=proto.name,
-            num_envs=num_envs or defaults.get("num_envs") or 1,
-            total_env_steps=steps,
-            seed=seed,
-            eval_every=eval_every or max(steps // 10, 1),
-            eval_episodes=eval_episodes,
-            eval_max_steps=eval_max_steps,
-            checkpoint_every=checkpoint_every or max(steps // 5, 1),
-            log_every=log_every or max(min(steps // 100, 10_000), 1),
-            save_replay=save_replay,
-            stop_at_return=stop_at_return,
-            loop=loop,
-        )
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        run_path = (
-            Path(run_dir)
-            if run_dir is not None
-            else (Path("runs") / f"{spec.name or 'custom'}-{env_id}-s{seed}-{stamp}")
-        )
-        _prepare_run_dir(run_path)
-        _write_text(run_path / "spec.yaml", _spec_yaml(spec))
-        _write_text(
-            run_path / "run.yaml",
-            yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False),
-        )
-        proto_obj = get_protocol(settings.protocol)
-        _write_text(
-            run_path / "provenance.json", json.dumps(_provenance(settings, proto_obj), indent=2)
-        )
-
-    if on_start is not None:
-        on_start(run_path)
-    env_obj = make(
-        settings.env,
-        protocol=settings.protocol,
-        num_envs=settings.num_envs,
-        seed=settings.seed,
-        training=True,
-    )
     try:
-        return _run(spec, settings, env_obj, run_path, resume is not None, progress)
+        if mode != "resume":
+            _note_capacity(spec, settings)
+        if on_start is not None:
+            on_start(run_path)
+        env_obj = make(
+            settings.env,
+            protocol=settings.protocol,
+            num_envs=settings.num_envs,
+            seed=settings.seed,
+            training=True,
+        )
+        try:
+            result = _run(spec, settings, env_obj, run_path, mode, progress, previous_total)
+        finally:
+            env_obj.close()
+        rundir.append_history(
+            run_path,
+            "stopped",
+            status="interrupted" if result.interrupted else "finished",
+            env_steps=result.env_steps,
+        )
+        return result
+    except RunRefusedError:
+        raise
+    except RunError as e:
+        with contextlib.suppress(OSError):
+            rundir.append_history(run_path, "stopped", status="failed", reason=str(e))
+        raise
     finally:
-        env_obj.close()
+        lock.release()
+
+
+def _new_settings(
+    algorithm: Any,
+    overrides: Mapping[str, Any] | None,
+    total_env_steps: int | None,
+    given: Mapping[str, Any],
+) -> tuple[AlgorithmSpec, RunSettings]:
+    """The spec and settings of a new run (defaults filled in; every value checked)."""
+    from zoo.envs import get_protocol, resolve_env
+
+    spec, preset_name, defaults = _resolve(algorithm, overrides)
+    env_id = given["env"] if given["env"] is not None else defaults.get("env", "CartPole-v1")
+    env_id = resolve_env(env_id).env_id  # unknown ids fail before anything is written
+    steps = total_env_steps if total_env_steps is not None else defaults.get("total_env_steps")
+    steps = int(steps if steps is not None else 50_000)
+    protocol = given["protocol"]
+    if protocol is None:
+        protocol = defaults.get("protocol") or _default_protocol(env_id)
+    proto = get_protocol(protocol)
+
+    def pick(name: str, default: Any) -> Any:
+        return given[name] if given[name] is not None else default
+
+    values = {
+        "algorithm": str(algorithm if not isinstance(algorithm, AlgorithmSpec) else spec.name),
+        "preset": preset_name,
+        "env": env_id,
+        "protocol": proto.name,
+        "num_envs": pick("num_envs", defaults.get("num_envs", 1)),
+        "total_env_steps": steps,
+        "seed": pick("seed", 0),
+        "eval_every": pick("eval_every", max(steps // 10, 1)),
+        "eval_episodes": pick("eval_episodes", 10),
+        "eval_max_steps": given["eval_max_steps"],
+        "checkpoint_every": pick("checkpoint_every", max(steps // 5, 1)),
+        "log_every": pick("log_every", max(min(steps // 100, 10_000), 1)),
+        "save_replay": pick("save_replay", True),
+        "stop_at_return": given["stop_at_return"],
+        "loop": pick("loop", "auto"),
+    }
+    try:
+        settings = RunSettings(**values)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = ".".join(map(str, first["loc"]))
+        raise RunRefusedError(f"{where}: {first['msg']} (got {first.get('input')!r})") from None
+    _check_budget(spec, settings)
+    return spec, settings
+
+
+def _check_budget(spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """A budget that never reaches ``replay.min_size`` would train nothing: refuse it."""
+    min_size = spec.replay.min_size
+    if settings.total_env_steps < min_size:
+        raise RunRefusedError(
+            f"replay.min_size={min_size:,} is more than the budget of "
+            f"{settings.total_env_steps:,} transitions: learning would never start (0 updates); "
+            f"lower it (e.g. --set replay.min_size={max(settings.total_env_steps // 10, 1)}) or "
+            f"raise --steps above {min_size:,}"
+        )
+
+
+def _note_capacity(spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """Say when the replay is larger than the budget can fill (it is allocated in full)."""
+    if spec.replay.capacity > settings.total_env_steps:
+        _say(
+            f"note: replay.capacity={spec.replay.capacity:,} is more than the budget of "
+            f"{settings.total_env_steps:,} transitions, and is allocated in full; "
+            f"--set replay.capacity={settings.total_env_steps} would save the memory"
+        )
+
+
+def _default_run_dir(spec: AlgorithmSpec, settings: RunSettings) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = rundir.safe_component(spec.name or "custom", fallback="custom")
+    env = rundir.safe_component(settings.env, fallback="env")
+    return Path("runs") / f"{name}-{env}-s{settings.seed}-{stamp}"
+
+
+def _checkpoint_steps(run_path: Path) -> list[int]:
+    """Steps of the checkpoint folders on disk (complete or not), read without Orbax."""
+    folder = run_path / "checkpoints"
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+def _describe_run(run_path: Path) -> str:
+    try:
+        settings = yaml.safe_load((run_path / "run.yaml").read_text(encoding="utf-8"))
+        return f"{settings['algorithm']} on {settings['env']}, seed {settings['seed']}"
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return "a zoo run"
+
+
+def _last_record_step(run_path: Path) -> int | None:
+    from zoo.metrics import read_jsonl
+
+    records = read_jsonl(run_path / "metrics.jsonl")
+    return int(records[-1]["env_steps"]) if records else None
+
+
+def _refuse_existing_run(run_path: Path) -> None:
+    """A new run may not go into a directory holding a run: say how to continue that one."""
+    with rundir.RunLock(run_path):  # refused (naming the owner) if it is running
+        pass
+    what = _describe_run(run_path)
+    steps = _checkpoint_steps(run_path)
+    if steps:
+        raise RunRefusedError(
+            f"{run_path} already holds a run ({what}) with checkpoints up to env step "
+            f"{steps[-1]:,}; continue it with: zoo train --resume {run_path} (or choose another "
+            "--run-dir)"
+        )
+    last = _last_record_step(run_path)
+    records = f" (records up to env step {last:,})" if last is not None else ""
+    raise RunRefusedError(
+        f"{run_path} holds a run ({what}) that stopped before its first checkpoint{records}; "
+        f"start that run over with: zoo train --resume {run_path} --restart (or choose another "
+        "--run-dir)"
+    )
+
+
+def _create_run_dir(
+    run_dir: Any, spec: AlgorithmSpec, settings: RunSettings
+) -> tuple[Path, rundir.RunLock]:
+    """Create and lock a fresh run directory and write its spec, settings, provenance and
+    history; an existing directory must be empty (or an interrupted creation)."""
+    if run_dir is None:
+        base = _default_run_dir(spec, settings)
+        path, n = base, 1
+        while True:
+            try:
+                path.mkdir(parents=True, exist_ok=False)
+                break
+            except FileExistsError:
+                n += 1
+                path = base.with_name(f"{base.name}-{n}")
+            except OSError as e:
+                raise RunError(f"cannot write the run directory {path}: {e.strerror}") from None
+    else:
+        path = Path(run_dir)
+        state = rundir.classify(path)
+        if state == "not_a_directory":
+            raise RunRefusedError(f"cannot use {path} as a run directory: it is a file")
+        if state == "foreign":
+            raise RunRefusedError(
+                f"{path} is not empty and is not a zoo run directory (it holds "
+                f"{rundir.foreign_example(path)!r}, ...); a run is written only into a new or "
+                "empty directory: choose another --run-dir"
+            )
+        if state == "run":
+            _refuse_existing_run(path)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunError(f"cannot write the run directory {path}: {e.strerror or e}") from None
+    lock = rundir.RunLock(path).acquire()
+    try:
+        state = rundir.classify(path)  # again, under the lock: another process may have won
+        if state == "run":
+            _refuse_existing_run(path)
+        if state == "foreign":
+            raise RunRefusedError(f"{path} was filled by someone else meanwhile; not touched")
+        if state == "interrupted_creation":
+            rundir.clear_creation(path)
+        _write_new_run(path, spec, settings)
+    except BaseException:
+        lock.release()
+        raise
+    return path, lock
+
+
+def _write_new_run(path: Path, spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """spec.yaml, provenance.json and the creation record, then run.yaml (which makes the
+    directory a run)."""
+    from zoo.envs import get_protocol
+
+    spec_text = _spec_yaml(spec)
+    try:
+        _write_text(path / "spec.yaml", spec_text)
+        _write_text(
+            path / "provenance.json",
+            json.dumps(_provenance(settings, get_protocol(settings.protocol)), indent=2),
+        )
+        rundir.append_history(
+            path,
+            "created",
+            **rundir.creation_fields(spec_text, _spec_dump(spec), settings.model_dump(mode="json")),
+        )
+        _write_text(
+            path / "run.yaml", yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
+        )
+    except OSError as e:
+        raise RunError(f"cannot write the run directory {path}: {e.strerror or e}") from None
+
+
+def _spec_dump(spec: AlgorithmSpec) -> dict[str, Any]:
+    return spec.model_dump(mode="json", serialize_as_any=True)
+
+
+def _lock_run_to_resume(run_path: Path) -> rundir.RunLock:
+    state = rundir.classify(run_path)
+    if state == "absent":
+        raise RunRefusedError(f"cannot resume {run_path}: no such directory")
+    if state != "run":
+        raise RunRefusedError(
+            f"cannot resume {run_path}: it is not a zoo run directory (no run.yaml)"
+        )
+    return rundir.RunLock(run_path).acquire()
+
+
+def _read_settings(run_path: Path) -> RunSettings:
+    try:
+        data = yaml.safe_load((run_path / "run.yaml").read_text(encoding="utf-8"))
+        return RunSettings.model_validate(data)
+    except (OSError, yaml.YAMLError, ValidationError) as e:
+        first = str(e).splitlines()[0][:200]
+        raise RunRefusedError(
+            f"cannot resume {run_path}: its run.yaml is damaged ({first})"
+        ) from None
+
+
+def _resumable(
+    run_path: Path,
+    algorithm: Any,
+    overrides: Mapping[str, Any] | None,
+    total_env_steps: int | None,
+    given: Mapping[str, Any],
+) -> tuple[AlgorithmSpec, RunSettings, int | None]:
+    """The run's own spec and settings, checked against its creation record and against what
+    was asked; the budget (``total_env_steps``) is the one thing a resume may change."""
+    settings = _read_settings(run_path)
+    created = rundir.creation_record(rundir.read_history(run_path))
+    spec = _recorded_spec(run_path, created, "resume")
+    if created is not None:
+        lines = rundir.describe_differences(
+            created.get("settings", {}),
+            settings.model_dump(mode="json"),
+            labels=("at creation", "in run.yaml"),
+            ignore=("total_env_steps",),
+        )
+        if lines:
+            raise RunRefusedError(
+                f"cannot resume {run_path}: its run.yaml was edited after the run was created "
+                f"({'; '.join(lines)}); a resumed run keeps its settings (only --steps may "
+                "change the budget): undo the edit"
+            )
+    _check_requested(run_path, spec, settings, algorithm, overrides, given)
+    previous = None
+    on_disk = _checkpoint_steps(run_path)
+    if total_env_steps is not None and on_disk and total_env_steps < on_disk[-1]:
+        raise RunRefusedError(
+            f"cannot resume {run_path} with --steps {total_env_steps:,}: the run has already "
+            f"reached env step {on_disk[-1]:,}; give a larger budget"
+        )
+    if total_env_steps is not None and total_env_steps != settings.total_env_steps:
+        previous = settings.total_env_steps
+        settings = settings.model_copy(update={"total_env_steps": int(total_env_steps)})
+    _check_budget(spec, settings)
+    return spec, settings, previous
+
+
+def _recorded_spec(run_path: Path, created: Mapping[str, Any] | None, action: str) -> AlgorithmSpec:
+    """The run's spec from its spec.yaml, refused if it was edited since the run was created."""
+    spec_path = run_path / "spec.yaml"
+    try:
+        spec_text = spec_path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise RunRefusedError(f"cannot {action} {run_path}: cannot read spec.yaml ({e})") from None
+    if created is not None and rundir.sha256_text(spec_text) != created.get("spec_sha256"):
+        try:
+            current = _spec_dump(spec_lib.load_algorithm(spec_path))
+        except SpecError as e:
+            raise RunRefusedError(
+                f"cannot {action} {run_path}: its spec.yaml was edited after the run was "
+                f"created and no longer validates ({e.problems[0]}); a run keeps the spec it "
+                "was created with: undo the edit"
+            ) from None
+        lines = rundir.describe_differences(
+            created.get("spec", {}), current, labels=("at creation", "in spec.yaml")
+        )
+        if lines:
+            raise RunRefusedError(
+                f"cannot {action} {run_path}: its spec.yaml was edited after the run was "
+                f"created ({'; '.join(lines)}); a run keeps the spec it was created with: undo "
+                f"the edit, or train the edited spec as a new run (zoo train {spec_path} "
+                "--run-dir NEW_DIR)"
+            )
+    return spec_lib.load_algorithm(spec_path)
+
+
+def _check_requested(
+    run_path: Path,
+    spec: AlgorithmSpec,
+    settings: RunSettings,
+    algorithm: Any,
+    overrides: Mapping[str, Any] | None,
+    given: Mapping[str, Any],
+) -> None:
+    """Refuse a resume asked to be another run: another algorithm, spec or setting."""
+    from zoo.envs import resolve_env
+
+    keep = (
+        f"a resumed run keeps the spec and settings it was created with (only --steps may "
+        f"extend its budget): resume with just `zoo train --resume {run_path}`, or start a new "
+        "run"
+    )
+    if algorithm is not None:
+        same = (
+            _spec_dump(algorithm) == _spec_dump(spec)
+            if isinstance(algorithm, AlgorithmSpec)
+            else str(algorithm) == settings.algorithm
+        )
+        if not same:
+            name = algorithm.name if isinstance(algorithm, AlgorithmSpec) else str(algorithm)
+            raise RunRefusedError(
+                f"cannot resume {run_path} as {name!r}: it is a run of "
+                f"{settings.algorithm!r}; {keep}"
+            )
+    if overrides:
+        asked = _spec_dump(spec_lib.load_algorithm(spec, overrides=overrides))
+        lines = rundir.describe_differences(
+            _spec_dump(spec), asked, labels=("in the run", "asked by --set")
+        )
+        if lines:
+            raise RunRefusedError(
+                f"cannot resume {run_path} with --set: it would change the run's spec "
+                f"({'; '.join(lines)}); {keep}"
+            )
+    conflicts = []
+    recorded = settings.model_dump()
+    for name, value in given.items():
+        if value is None:
+            continue
+        if name == "env":
+            value = resolve_env(value).env_id
+        if value != recorded[name]:
+            flag = _FLAGS[name]
+            shown = "given" if name == "save_replay" else repr(value)
+            conflicts.append(f"{flag} {shown} (the run's is {recorded[name]!r})")
+    if conflicts:
+        raise RunRefusedError(
+            f"cannot resume {run_path} with other settings: {'; '.join(conflicts)}; {keep}"
+        )
+
+
+def _restart(run_path: Path, settings: RunSettings) -> None:
+    """Start a run that has no checkpoint over: discard its records (only), record it."""
+    import shutil
+
+    from zoo.envs import get_protocol
+
+    steps = _checkpoint_steps(run_path)
+    if steps:
+        raise RunRefusedError(
+            f"cannot restart {run_path}: it has checkpoints (up to env step {steps[-1]:,}) and "
+            f"--restart only starts over a run that has none; continue it with: zoo train "
+            f"--resume {run_path} (or train a new run elsewhere)"
+        )
+    last = _last_record_step(run_path)
+    rundir.append_history(
+        run_path,
+        "restarted",
+        reason="no checkpoint",
+        discarded_records_up_to=last,
+        total_env_steps=settings.total_env_steps,
+        command=list(sys.argv),
+    )
+    for name in ("metrics.jsonl", "eval.jsonl", "tb", "checkpoints"):
+        target = run_path / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    _write_text(
+        run_path / "run.yaml", yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
+    )
+    _write_text(
+        run_path / "provenance.json",
+        json.dumps(_provenance(settings, get_protocol(settings.protocol)), indent=2),
+    )
+    _say(f"restarting {run_path} from scratch (it had no checkpoint)")
 
 
 def _default_protocol(env_id: str) -> str:
@@ -362,19 +902,47 @@ def _default_protocol(env_id: str) -> str:
     return default_protocol(env_id)
 
 
-def _prepare_run_dir(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise RunError(f"cannot write the run directory {path}: {e.strerror or e}") from None
-    if (path / "checkpoints").exists() and any((path / "checkpoints").iterdir()):
-        raise RunError(
-            f"{path} already holds a run with checkpoints; use --resume {path} to continue it "
-            "or choose another --run-dir"
+def _preflight(spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """Check that a new run can be built before its directory is written: the replay's layout,
+    and the memory its replay and learner state need (from shapes: nothing is allocated)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from zoo.envs import make
+    from zoo.networks import build_network
+    from zoo.replay import build_replay
+
+    with make(
+        settings.env, protocol=settings.protocol, num_envs=1, seed=settings.seed, training=True
+    ) as probe:
+        shape, dtype = probe.observation_shape, probe.observation_dtype
+        stack, num_actions = probe.stack, probe.num_actions
+    network_bytes = _network_bytes(spec, shape, num_actions)
+    _check_memory(0, network_bytes, spec)
+    core = None
+    if spec.recurrent:
+        shapes = eqx.filter_eval_shape(
+            lambda: build_network(
+                spec,
+                observation_shape=shape,
+                num_actions=num_actions,
+                key=jax.random.PRNGKey(0),
+            ).initial_state()
         )
+        core = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    try:
+        replay = build_replay(
+            spec,
+            num_envs=settings.num_envs,
+            observation_shape=shape,
+            observation_dtype=dtype,
+            stack=stack,
+            core_state=core,
+        )
+    except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
+        raise RunRefusedError(str(e)) from None
+    _check_memory(replay.nbytes(), network_bytes, spec)
 
 
 def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
@@ -383,6 +951,10 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
     from zoo.learner import Learner
     from zoo.networks import build_network
 
+    # counted from shapes before anything is allocated: a network or replay that cannot fit is
+    # refused with the fix instead of failing inside JAX after filling the memory
+    network_bytes = _network_bytes(spec, env_obj.observation_shape, env_obj.num_actions)
+    _check_memory(0, network_bytes, spec)
     key = jax.random.PRNGKey(settings.seed)
     k_net, k_learner, k_run = jax.random.split(key, 3)
     network = build_network(
@@ -392,8 +964,11 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
         key=k_net,
     )
     core = network.initial_state() if spec.recurrent else None
-    replay = replay_for_env(spec, env_obj, core_state=core)
-    _check_memory(replay.nbytes(), spec)
+    try:
+        replay = replay_for_env(spec, env_obj, core_state=core)
+    except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
+        raise RunRefusedError(str(e)) from None
+    _check_memory(replay.nbytes(), network_bytes, spec)
     learner = Learner(spec)
     return network, learner, replay, learner.init(network, k_learner), k_run, core
 
@@ -426,44 +1001,25 @@ def replay_for_env(spec: AlgorithmSpec, env: Any, core_state: Any = None) -> Any
     )
 
 
+def _seed31(value: int) -> int:
+    """A derived seed folded into 31 bits (envpool's and ``PRNGKey``'s range)."""
+    return value % 2**31
+
+
 def _run(
     spec: AlgorithmSpec,
     settings: RunSettings,
     env_obj: Any,
     run_path: Path,
-    resuming: bool,
+    mode: str,
     show_progress: bool,
+    previous_total: int | None = None,
 ) -> RunResult:
-    import equinox as eqx
-
+    """Build, restore (``mode == "resume"``) and train; ``previous_total`` is the budget before
+    a resume changed it."""
     from zoo.checkpoint import Checkpointer, CheckpointError
-    from zoo.envs import evaluate
-    from zoo.loop import Loop, LoopConfig, NonFiniteLossError, Trainer
+    from zoo.loop import LoopConfig, NonFiniteLossError, Trainer
     from zoo.metrics import MetricsLogger, read_jsonl
-
-    _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj)
-    try:
-        checkpointer = Checkpointer(run_path / "checkpoints")
-    except CheckpointError as e:
-        raise RunError(str(e)) from None
-    policy_fn = make_policy_fn(spec, env_obj.num_actions)
-
-    def evaluate_now(online: Any, env_steps: int) -> dict[str, Any]:
-        import jax
-
-        policy = policy_fn(online, jax.random.PRNGKey(settings.seed + 10_000 + env_steps))
-        result = evaluate(
-            policy,
-            settings.env,
-            settings.protocol,
-            episodes=settings.eval_episodes,
-            seed=settings.seed + 1 + env_steps,
-            max_steps=settings.eval_max_steps,
-            epsilon=spec.schedule.eval_epsilon,
-        )
-        record = {"env_steps": env_steps, "protocol": settings.protocol, **result}
-        logger.log_eval(record)
-        return record
 
     config = LoopConfig(
         total_env_steps=settings.total_env_steps,
@@ -477,45 +1033,31 @@ def _run(
         stop_at_return=settings.stop_at_return,
         loop=_loop_path(settings.loop, env_obj),
     )
-    loop = Loop(spec, env_obj, learner, replay, core)
-    carry = loop.init(learner_state, run_key)
-    resume_from, games = None, 0
-    if resuming:
-        step = checkpointer.latest_step()
-        if step is None:
-            raise RunError(f"cannot resume {run_path}: it has no complete checkpoint yet")
-        template = loop.checkpoint_state(carry, 0, settings.save_replay)
-        try:
-            restored, meta = checkpointer.restore(template, step)
-        except CheckpointError as e:
-            raise RunError(f"cannot resume {run_path}: {e}") from None
-        counters = restored["counters"]
-        # open episodes restart: seal the replay so that no window crosses the boundary (an
-        # opted-out replay starts empty)
-        replay_state = replay.seal(restored["replay"]) if "replay" in restored else carry.replay
-        carry = eqx.tree_at(
-            lambda c: (c.replay, c.key, c.env_steps, c.credit),
-            carry,
-            (replay_state, restored["key"], counters["env_steps"], counters["credit"]),
-        )
-        carry = loop.with_learner(carry, restored["learner"])
-        games = int(counters["games"])
-        resume_from = int(meta["env_steps"])
-    logger = MetricsLogger(run_path, resume_from=resume_from)
-    trainer = Trainer(loop, config, logger, checkpointer, evaluate_now, games=games)
     try:
-        trainer.run(carry)
-    except NonFiniteLossError as e:
-        raise RunError(str(e)) from None
+        checkpointer = Checkpointer(run_path / "checkpoints")
     except CheckpointError as e:
         raise RunError(str(e)) from None
-    except OSError as e:
-        import errno
+    try:
+        loop, carry, games, resume_from = _start(
+            spec, settings, env_obj, run_path, mode, checkpointer, previous_total
+        )
+        logger = MetricsLogger(run_path, resume_from=resume_from)
+        evaluate_now = _evaluator(spec, settings, env_obj, logger)
+        trainer = Trainer(loop, config, logger, checkpointer, evaluate_now, games=games)
+        try:
+            trainer.run(carry)
+        except NonFiniteLossError as e:
+            raise RunError(_non_finite_message(str(e), checkpointer)) from None
+        except CheckpointError as e:
+            raise RunError(str(e)) from None
+        except OSError as e:
+            import errno
 
-        what = "no space left on the device" if e.errno == errno.ENOSPC else str(e)
-        raise RunError(f"writing to {run_path} failed: {what}") from None
+            what = "no space left on the device" if e.errno == errno.ENOSPC else str(e)
+            raise RunError(f"writing to {run_path} failed: {what}") from None
+        finally:
+            logger.close()
     finally:
-        logger.close()
         checkpointer.close()
     counters = read_jsonl(run_path / "metrics.jsonl")
     last = counters[-1] if counters else {"env_steps": 0, "updates": 0}
@@ -526,6 +1068,187 @@ def _run(
         evaluations=read_jsonl(run_path / "eval.jsonl"),
         interrupted=trainer.stopped_by_signal,
     )
+
+
+def _non_finite_message(message: str, checkpointer: Any) -> str:
+    """The non-finite-loss stop, saying truly what is left to resume from."""
+    last = checkpointer.latest_step()
+    claim = "the run stopped and kept its last good checkpoint"
+    if last is None:
+        truth = "the run stopped before its first checkpoint, so there is nothing to resume"
+    else:
+        truth = f"the run stopped; its last good checkpoint is at env step {last:,}"
+    message = message.replace(claim, truth) if claim in message else f"{message}; {truth}"
+    return message + " (a lower optimizer.learning_rate often helps)"
+
+
+def _start(
+    spec: AlgorithmSpec,
+    settings: RunSettings,
+    env_obj: Any,
+    run_path: Path,
+    mode: str,
+    checkpointer: Any,
+    previous_total: int | None,
+) -> tuple[Any, Any, int, int | None]:
+    """The loop and its first carry: fresh, or restored from the newest intact checkpoint
+    (damaged newer ones are reported, set aside and recorded). Returns ``(loop, carry, games,
+    resume_from)``."""
+    import equinox as eqx
+
+    from zoo.checkpoint import CheckpointCorruptError, CheckpointError
+    from zoo.loop import Loop
+
+    _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj)
+    loop = Loop(spec, env_obj, learner, replay, core)
+    carry = loop.init(learner_state, run_key)
+    if mode != "resume":
+        return loop, carry, 0, None
+    template = loop.checkpoint_state(carry, 0, settings.save_replay)
+    try:
+        restored, meta, step, skipped = checkpointer.restore_intact(template)
+    except CheckpointCorruptError as e:
+        raise RunError(f"cannot resume {run_path}: no checkpoint is intact ({e})") from None
+    except CheckpointError as e:
+        raise RunError(f"cannot resume {run_path}: {e}") from None
+    if settings.total_env_steps < step:
+        raise RunRefusedError(
+            f"cannot resume {run_path} with --steps {settings.total_env_steps:,}: the run has "
+            f"already reached env step {step:,}; give a larger budget"
+        )
+    for bad, reason in skipped:
+        _say(f"checkpoint {bad} of {run_path} is damaged ({reason}); resuming from {step}")
+    if skipped:
+        _set_aside(run_path, [bad for bad, _ in skipped], checkpointer)
+    counters = restored["counters"]
+    # open episodes restart: seal the replay so that no window crosses the boundary (an
+    # opted-out replay starts empty)
+    replay_state = replay.seal(restored["replay"]) if "replay" in restored else carry.replay
+    carry = eqx.tree_at(
+        lambda c: (c.replay, c.key, c.env_steps, c.credit),
+        carry,
+        (replay_state, restored["key"], counters["env_steps"], counters["credit"]),
+    )
+    carry = loop.with_learner(carry, restored["learner"])
+    _record_resume(run_path, spec, settings, int(step), previous_total, skipped)
+    return loop, carry, int(counters["games"]), int(meta["env_steps"])
+
+
+def _set_aside(run_path: Path, steps: list[int], checkpointer: Any) -> None:
+    """Move damaged checkpoints out of ``checkpoints/`` (kept for inspection, never deleted), so
+    that the run can write those steps again."""
+    aside = run_path / "damaged-checkpoints"
+    aside.mkdir(exist_ok=True)
+    for step in steps:
+        source = run_path / "checkpoints" / str(step)
+        if source.exists():
+            target = aside / str(step)
+            n = 1
+            while target.exists():
+                n += 1
+                target = aside / f"{step}-{n}"
+            os.replace(source, target)
+    checkpointer.latest_step()  # re-reads the folder
+
+
+def _record_resume(
+    run_path: Path,
+    spec: AlgorithmSpec,
+    settings: RunSettings,
+    step: int,
+    previous_total: int | None,
+    skipped: list[tuple[int, str]],
+) -> None:
+    """The history's ``resumed`` event (and ``run.yaml`` when the budget changed)."""
+    history = rundir.read_history(run_path)
+    if rundir.creation_record(history) is None:
+        # a run from before histories: what it holds now is what later resumes are held to
+        spec_text = (run_path / "spec.yaml").read_text(encoding="utf-8")
+        recorded = settings.model_dump(mode="json")
+        if previous_total is not None:
+            recorded["total_env_steps"] = previous_total
+        rundir.append_history(
+            run_path,
+            "adopted",
+            note="created before zoo kept run histories; its spec and settings as found",
+            **rundir.creation_fields(spec_text, _spec_dump(spec), recorded),
+        )
+    fields: dict[str, Any] = {"from_env_steps": step, "total_env_steps": settings.total_env_steps}
+    if previous_total is not None:
+        fields["budget_changed_from"] = previous_total
+        _write_text(
+            run_path / "run.yaml",
+            yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False),
+        )
+    if skipped:
+        fields["damaged_checkpoints"] = [{"step": s, "reason": r} for s, r in skipped]
+    rundir.append_history(run_path, "resumed", command=list(sys.argv), **fields)
+
+
+def _evaluator(
+    spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, logger: Any
+) -> Callable[[Any, int], dict[str, Any]]:
+    """The trainer's evaluation: play under the protocol, log the record, return it."""
+    from zoo.envs import evaluate
+
+    policy_fn = make_policy_fn(spec, env_obj.num_actions)
+
+    def evaluate_now(online: Any, env_steps: int) -> dict[str, Any]:
+        import jax
+
+        policy = policy_fn(online, jax.random.PRNGKey(_seed31(settings.seed + 10_000 + env_steps)))
+        result = evaluate(
+            policy,
+            settings.env,
+            settings.protocol,
+            episodes=settings.eval_episodes,
+            seed=_seed31(settings.seed + 1 + env_steps),
+            max_steps=settings.eval_max_steps,
+            epsilon=spec.schedule.eval_epsilon,
+        )
+        record = {
+            "env_steps": env_steps,
+            "protocol": settings.protocol,
+            **_finished(result, settings.eval_max_steps),
+        }
+        logger.log_eval(record)
+        if record["mean_return"] is None:
+            # the trainer compares the return with --stop-at-return: no game, no stop
+            return {**record, "mean_return": float("nan")}
+        return record
+
+    return evaluate_now
+
+
+#: Statistics of an evaluation that exist only when a game finished.
+_GAME_STATISTICS = (
+    "mean_return",
+    "std_return",
+    "min_return",
+    "max_return",
+    "mean_length",
+    "min_length",
+    "max_length",
+)
+
+
+def no_game_note(max_steps: int | None, flag: str = "--eval-max-steps") -> str:
+    """What an evaluation that finished no game reports instead of its statistics."""
+    cap = f" within {flag} {max_steps:,}" if max_steps is not None else ""
+    return f"no game finished{cap}"
+
+
+def _finished(
+    result: Mapping[str, Any], max_steps: int | None, flag: str = "--eval-max-steps"
+) -> dict[str, Any]:
+    """An evaluation's result with ``None`` (JSON null), not NaN, where no game finished, and a
+    note saying so."""
+    out = dict(result)
+    if int(out.get("episodes", 0)) == 0:
+        for name in _GAME_STATISTICS:
+            out[name] = None
+        out["note"] = no_game_note(max_steps, flag)
+    return out
 
 
 def _loop_path(requested: str, env_obj: Any) -> str:
@@ -546,7 +1269,7 @@ def _loop_path(requested: str, env_obj: Any) -> str:
             if several
             else f"{env_obj.env_id} has no envpool XLA interface ({env_obj.backend} backend)"
         )
-        raise RunError(f"--loop compiled is unavailable here: {why}; use --loop host")
+        raise RunRefusedError(f"--loop compiled is unavailable here: {why}; use --loop host")
     return requested
 
 
@@ -595,7 +1318,8 @@ def make_policy_fn(spec: AlgorithmSpec, num_actions: int) -> Callable[[Any, Any]
 def load_policy(run_dir: str | os.PathLike[str], *, step: int | None = None) -> Callable:
     """The trained agent of a run as a callable ``policy(observations [N, ...]) -> actions``.
 
-    Loads the network parameters of the newest (or ``step``) checkpoint; acts greedily.
+    Loads the network parameters of the newest intact (or the ``step``) checkpoint; acts
+    greedily. A damaged newer checkpoint is passed over with a note on stderr.
     """
     import jax
 
@@ -605,10 +1329,13 @@ def load_policy(run_dir: str | os.PathLike[str], *, step: int | None = None) -> 
     from zoo.networks import build_network
 
     run_path = Path(run_dir)
-    if not (run_path / "run.yaml").exists():
-        raise RunError(f"{run_path} is not a zoo run directory (no run.yaml)")
-    settings = RunSettings.model_validate(yaml.safe_load((run_path / "run.yaml").read_text()))
-    spec = spec_lib.load_algorithm(run_path / "spec.yaml")
+    if rundir.classify(run_path) != "run":
+        raise RunRefusedError(f"{run_path} is not a zoo run directory (no run.yaml)")
+    settings = _read_settings(run_path)
+    created = rundir.creation_record(rundir.read_history(run_path))
+    spec = _recorded_spec(run_path, created, "load")
+    if not _checkpoint_steps(run_path):
+        raise RunRefusedError(f"{run_path} has no checkpoint yet (nothing to load)")
     with make(settings.env, protocol=settings.protocol, num_envs=1, seed=0, training=False) as env:
         shape, num_actions = env.observation_shape, env.num_actions
     network = build_network(
@@ -617,20 +1344,28 @@ def load_policy(run_dir: str | os.PathLike[str], *, step: int | None = None) -> 
     learner_state = Learner(spec).init(network, jax.random.PRNGKey(0))
     checkpointer = Checkpointer(run_path / "checkpoints")
     try:
-        restored, _ = _restore_learner(checkpointer, learner_state, step)
+        restored, _ = _restore_learner(checkpointer, learner_state, step, run_path)
     finally:
         checkpointer.close()
     return make_policy_fn(spec, num_actions)(restored.online, jax.random.PRNGKey(0))
 
 
-def _restore_learner(checkpointer: Any, learner_state: Any, step: int | None):
-    """Restore only the learner part of a checkpoint (the replay is not needed to act)."""
-    from zoo.checkpoint import CheckpointError
+def _restore_learner(checkpointer: Any, learner_state: Any, step: int | None, run_path: Path):
+    """Restore only the learner part of a checkpoint (the replay is not needed to act): the
+    given step, or the newest intact one."""
+    from zoo.checkpoint import CheckpointCorruptError, CheckpointError
 
     try:
-        restored, meta = checkpointer.restore({"learner": learner_state}, step)
+        if step is not None:
+            restored, meta = checkpointer.restore({"learner": learner_state}, step)
+        else:
+            restored, meta, used, skipped = checkpointer.restore_intact({"learner": learner_state})
+            for bad, reason in skipped:
+                _say(f"checkpoint {bad} of {run_path} is damaged ({reason}); using {used}")
+    except CheckpointCorruptError as e:
+        raise RunError(f"cannot load {run_path}: no checkpoint is intact ({e})") from None
     except CheckpointError as e:
-        raise RunError(str(e)) from None
+        raise RunError(f"cannot load {run_path}: {e}") from None
     return restored["learner"], meta
 
 
@@ -642,12 +1377,19 @@ def evaluate_run(
     max_steps: int | None = None,
     step: int | None = None,
 ) -> dict[str, Any]:
-    """Evaluate a run's checkpoint under the run's protocol; what ``zoo eval`` does."""
+    """Evaluate a run's checkpoint under the run's protocol; what ``zoo eval`` does.
+
+    Where no game finishes within ``max_steps``, the game statistics are ``None`` and ``note``
+    says so.
+    """
     from zoo.envs import evaluate
 
+    check_count("eval_episodes", episodes)
+    check_count("eval_max_steps", max_steps)
+    check_count("seed", seed)
     run_path = Path(run_dir)
     policy = load_policy(run_path, step=step)
-    settings = RunSettings.model_validate(yaml.safe_load((run_path / "run.yaml").read_text()))
+    settings = _read_settings(run_path)
     spec = spec_lib.load_algorithm(run_path / "spec.yaml")
     result = evaluate(
         policy,
@@ -658,7 +1400,11 @@ def evaluate_run(
         max_steps=max_steps,
         epsilon=spec.schedule.eval_epsilon,
     )
-    return {"run_dir": str(run_path), "protocol": settings.protocol, **result}
+    return {
+        "run_dir": str(run_path),
+        "protocol": settings.protocol,
+        **_finished(result, max_steps, "--max-steps"),
+    }
 
 
 __all__ += ["SpecError"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import itertools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -104,7 +105,11 @@ def _problem(source: str, entry: str | None, path: str, message: str) -> SpecErr
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # allow_inf_nan=False: no spec value may be NaN or infinite (a learning rate of .nan or a
+    # discount of .inf validates field by field and then trains nothing)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False
+    )
 
 
 class Component(_Model):
@@ -199,12 +204,15 @@ Schedule = _axis("schedule", _BuiltinSchedule, None, numbers="constant")
 # --------------------------------------------------------------------------------------------
 # Network
 
+#: A layer width (units or channels): a layer of 0 units computes nothing.
+_Width = Annotated[int, Field(gt=0)]
+
 
 class AutoTorso(Component):
     """Nature CNN for rank-3 (image) observations, else an MLP of ``sizes``."""
 
     kind: Literal["auto"] = "auto"
-    sizes: list[int] = Field(
+    sizes: list[_Width] = Field(
         default_factory=list, description="MLP layer sizes used for non-image observations"
     )
 
@@ -213,7 +221,7 @@ class MlpTorso(Component):
     """Flatten, then dense ReLU layers of ``sizes`` (empty: flatten only)."""
 
     kind: Literal["mlp"] = "mlp"
-    sizes: list[int] = Field(default_factory=list, description="dense layer sizes")
+    sizes: list[_Width] = Field(default_factory=list, description="dense layer sizes")
 
 
 class NatureCnnTorso(Component):
@@ -240,8 +248,10 @@ class ImpalaCnnTorso(Component):
     """Espeholt et al. 2018: per stack conv3×3, max-pool 3×3/2, two residual blocks."""
 
     kind: Literal["impala_cnn"] = "impala_cnn"
-    channels: list[int] = Field(
-        default_factory=lambda: [16, 32, 32], description="output channels of each stack"
+    channels: list[_Width] = Field(
+        default_factory=lambda: [16, 32, 32],
+        min_length=1,
+        description="output channels of each stack",
     )
 
 
@@ -295,7 +305,7 @@ class NetworkSpec(_Model):
         description="feature extractor: auto | mlp | nature_cnn | impala_cnn | minatar_cnn; "
         "`auto` picks nature_cnn for image (rank-3) observations and an MLP of `sizes` otherwise",
     )
-    hidden: list[int] = Field(
+    hidden: list[_Width] = Field(
         default_factory=lambda: [512],
         description="dense ReLU layers between torso (or core) and the output layer; with "
         "dueling each stream has its own copy; noisy when `noisy` is true",
@@ -663,6 +673,122 @@ def _semantic_problems(s: AlgorithmSpec) -> Iterable[tuple[str, str]]:
         )
     if seq is not None and s.replay.capacity < seq.length:
         yield "replay.capacity", f"capacity is smaller than one stored sequence ({seq.length})"
+    yield from _schedule_problems(s)
+    yield from _network_size_problems(s)
+
+
+def _schedule_points(schedule: Any) -> list[tuple[str, float]]:
+    """``(field, value)`` of the values a built-in schedule passes through (bounds included)."""
+    kind = getattr(schedule, "kind", None)
+    if kind == "constant":
+        return [("", schedule.value)]
+    if kind == "linear":
+        return [("start", schedule.start), ("end", schedule.end)]
+    if kind == "exponential":
+        points = [("start", schedule.start)]
+        return points + ([("end", schedule.end)] if schedule.end is not None else [])
+    return []  # a user's schedule: its own model checks its values
+
+
+def _at(path: str, field: str) -> str:
+    return f"{path}.{field}" if field else path
+
+
+def _schedule_problems(s: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+    """Learning rates that cannot train, probabilities outside [0, 1]."""
+    lr = getattr(s.optimizer, "learning_rate", None)
+    if lr is not None:
+        points = _schedule_points(lr)
+        for field, value in points:
+            if value < 0:
+                yield (
+                    _at("optimizer.learning_rate", field),
+                    f"a learning rate must not be negative, got {value}",
+                )
+        # 0 throughout: a constant 0, a linear ramp from 0 to 0, an exponential starting at 0
+        ramp = points[:2] if lr.kind == "linear" else points[:1]
+        if ramp and all(value == 0 for _, value in ramp):
+            yield (
+                "optimizer.learning_rate",
+                "a learning rate of 0 never changes the network; give a positive value (e.g. 1e-4)",
+            )
+    for path, schedule, what in (
+        ("schedule.epsilon", s.schedule.epsilon, "ε is a probability"),
+        ("loss.importance_exponent", s.loss.importance_exponent, "β is an exponent"),
+    ):
+        for field, value in _schedule_points(schedule):
+            if not 0 <= value <= 1:
+                yield _at(path, field), f"{what} in [0, 1], got {value}"
+        kind = getattr(schedule, "kind", None)
+        if kind == "exponential" and schedule.end is None and schedule.rate > 1:
+            yield (
+                _at(path, "end"),
+                f"{what} in [0, 1]: a rate above 1 grows without bound; set `end` (≤ 1)",
+            )
+
+
+def _physical_memory() -> int | None:
+    """Bytes of memory of this machine, or ``None`` where the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+#: Copies of the parameters a run holds: online and target networks, two optimizer moments.
+PARAMETER_COPIES = 4
+
+
+def network_parameter_lower_bound(network: NetworkSpec) -> int:
+    """A lower bound on the parameters of ``network`` that needs no observation shape.
+
+    Counts the weights between consecutive layers whose widths the spec fixes (MLP torso sizes,
+    the core, the hidden layers, one output per action and atom); the input layer and convolutions
+    depend on the observation and are left out. :func:`zoo.run.train` counts exactly (with
+    ``jax.eval_shape``) before building anything.
+    """
+    widths: list[int] = []
+    torso = network.torso
+    if getattr(torso, "kind", None) == "mlp":
+        widths += list(torso.sizes)
+    core = network.core
+    if core is not None and getattr(core, "kind", None) == "lstm":
+        widths.append(int(core.size))
+    head = network.head
+    outputs = int(getattr(head, "num_atoms", None) or getattr(head, "num_quantiles", None) or 1)
+    streams = 2 if network.dueling else 1
+    total = 0
+    if core is not None and getattr(core, "kind", None) == "lstm":
+        total += 4 * int(core.size) * int(core.size)  # recurrent weights
+    chain = [*widths, *network.hidden, outputs]
+    for i, (a, b) in enumerate(itertools.pairwise(chain)):
+        in_streams = i >= len(widths)  # hidden and output layers are per stream
+        total += a * b * (streams if in_streams else 1)
+    return total
+
+
+def _network_size_problems(s: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+    """A network whose parameters alone cannot fit in this machine's memory."""
+    memory = _physical_memory()
+    if memory is None:
+        return
+    parameters = network_parameter_lower_bound(s.network)
+    nbytes = parameters * 4 * PARAMETER_COPIES
+    if nbytes > memory:
+        yield (
+            "network",
+            f"the layers hold at least {parameters:.3g} parameters ({_bytes(nbytes)} as float32 "
+            f"with the target network and the optimizer's two moments), more than this "
+            f"machine's {_bytes(memory)} of memory; use smaller layers",
+        )
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.3g} PiB"  # pragma: no cover
 
 
 # --------------------------------------------------------------------------------------------
@@ -772,6 +898,8 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise _problem(str(path), None, "", f"cannot read the file: {e}") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise _problem(str(path), None, "", _TOO_DEEP) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -781,6 +909,8 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise _problem(str(path), None, "", message) from None
     if data is None:
         return {}
+    if too_deep(data):
+        raise _problem(str(path), None, "", _TOO_DEEP)
     if not isinstance(data, dict):
         raise _problem(
             str(path),
@@ -789,6 +919,41 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"expected a mapping of names to entries, got {type(data).__name__}",
         )
     return data
+
+
+#: The deepest nesting of mappings and lists a spec file or an override may have (the specs'
+#: own is 5); deeper input is refused before any recursive merge or validation sees it.
+MAX_NESTING = 32
+_TOO_DEEP = (
+    f"nested more than {MAX_NESTING} levels deep (or an anchor refers to itself); no spec needs "
+    "that"
+)
+
+
+def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether mappings and lists nest more than ``limit`` levels in ``value`` (or loop).
+
+    Walks level by level, visiting each shared object (a YAML alias) once per level, so that
+    neither a deep document nor an alias bomb makes it recurse or explode.
+    """
+    level = [value]
+    for _ in range(limit + 1):
+        deeper: dict[int, Any] = {}
+        for node in level:
+            children = (
+                node.values()
+                if isinstance(node, Mapping)
+                else node
+                if isinstance(node, list | tuple)
+                else ()
+            )
+            for child in children:
+                if isinstance(child, Mapping | list | tuple):
+                    deeper[id(child)] = child
+        if not deeper:
+            return False
+        level = list(deeper.values())
+    return True
 
 
 def _entries(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -836,12 +1001,23 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
             raise _problem("--set", None, item, "expected KEY=VALUE, e.g. loss.n_step=3")
         try:
             value = yaml.safe_load(text) if text.strip() else None
+        except RecursionError:
+            raise _problem("--set", None, key.strip(), _TOO_DEEP) from None
         except yaml.YAMLError as e:
             raise _problem(
                 "--set", None, key.strip(), f"malformed YAML value {text!r}: {e}"
             ) from None
         out[key.strip()] = value
+    _check_overrides(out)
     return out
+
+
+def _check_overrides(overrides: Mapping[str, Any]) -> None:
+    """Refuse overrides nested (by dots or by value) deeper than :data:`MAX_NESTING`."""
+    for key, value in overrides.items():
+        if str(key).count(".") >= MAX_NESTING or too_deep(value):
+            shown = str(key) if len(str(key)) <= 60 else str(key)[:57] + "..."
+            raise _problem(OVERRIDES_SOURCE, None, shown, _TOO_DEEP)
 
 
 def _nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
@@ -869,42 +1045,96 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None)
 _ENTRY_META = {"extends"}
 
 
+#: The longest ``extends:`` chain (entries, the entry itself included) a spec may have.
+MAX_EXTENDS_DEPTH = 64
+
+
 def _resolve(
-    entries: Mapping[str, Any], name: str, source: str, stack: tuple[tuple[str, str], ...] = ()
+    entries: Mapping[str, Any],
+    name: str,
+    source: str,
+    cache: dict[tuple[str, str], tuple[dict[str, Any], int]] | None = None,
 ) -> dict[str, Any]:
-    """The raw entry ``name`` of ``entries`` with its ``extends:`` chain merged in."""
-    if (source, name) in stack:
-        chain = " -> ".join(n for _, n in (*stack, (source, name)))
-        raise _problem(source, stack[0][1], "extends", f"cyclic extends: {chain}")
-    raw = entries[name]
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise _problem(
-            source, name, "", f"an entry must be a mapping of fields, got {type(raw).__name__}"
-        )
-    parent = raw.get("extends")
-    body = {k: v for k, v in raw.items() if k not in _ENTRY_META}
-    if parent is None:
-        return body
-    if not isinstance(parent, str):
-        raise _problem(source, name, "extends", f"must be an entry name, got {parent!r}")
-    here = (*stack, (source, name))
-    if parent in entries and parent != name:
-        base = _resolve(entries, parent, source, here)
-    else:  # a catalogue entry (a user entry may extend the catalogue entry of its own name)
-        catalogue = _catalogue_raw()
-        if parent not in catalogue:
-            known = sorted(set(map(str, entries)) | set(catalogue))
-            hint = registry.suggest(parent, known)
+    """The raw entry ``name`` of ``entries`` with its ``extends:`` chain merged in.
+
+    The chain is walked iteratively (no recursion limit) and its depth is capped at
+    :data:`MAX_EXTENDS_DEPTH`; ``cache`` maps ``(source, entry)`` to the merged entry and its
+    depth, so that resolving every entry of a file is linear in the file's size.
+    """
+    cache = {} if cache is None else cache
+    chain: list[tuple[tuple[str, str], dict[str, Any]]] = []
+    seen: set[tuple[str, str]] = set()
+    here_entries, here_source, here = entries, source, name
+    base: dict[str, Any] = {}
+    base_depth = 0
+    while True:
+        key = (here_source, here)
+        if key in cache:
+            base, base_depth = cache[key]
+            break
+        if key in seen:
+            names = [n for (_, n), _ in chain]
+            start = names.index(here) if here in names else 0
+            cycle = " -> ".join([*names[start:], here])
+            raise _problem(source, name, "extends", f"cyclic extends: {cycle}")
+        seen.add(key)
+        raw = here_entries[here]
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise _problem(
+                here_source,
+                here,
+                "",
+                f"an entry must be a mapping of fields, got {type(raw).__name__}",
+            )
+        chain.append((key, {k: v for k, v in raw.items() if k not in _ENTRY_META}))
+        if len(chain) > MAX_EXTENDS_DEPTH:
+            names = [n for (_, n), _ in chain]
             raise _problem(
                 source,
                 name,
                 "extends",
-                f"unknown entry {parent!r}" + (f"; did you mean {hint!r}?" if hint else ""),
+                f"the extends chain is more than {MAX_EXTENDS_DEPTH} entries deep "
+                f"({' -> '.join(names[:3])} -> … -> {names[-1]} -> …); flatten it",
             )
-        base = _resolve(catalogue, parent, str(catalogue_path()), here)
-    return _merge(base, body)
+        parent = raw.get("extends")
+        if parent is None:
+            break
+        if not isinstance(parent, str):
+            raise _problem(here_source, here, "extends", f"must be an entry name, got {parent!r}")
+        if parent in here_entries and parent != here:
+            here = parent
+            continue
+        # a catalogue entry (a user entry may extend the catalogue entry of its own name)
+        catalogue = _catalogue_raw()
+        if parent not in catalogue:
+            if parent == here:
+                message = (
+                    f"an entry cannot extend itself; {parent!r} may extend only a catalogue "
+                    "entry of the same name, and the catalogue has none (`zoo list`)"
+                )
+            else:
+                known = sorted((set(map(str, here_entries)) | set(catalogue)) - {here})
+                hint = registry.suggest(parent, known)
+                message = f"unknown entry {parent!r}" + (
+                    f"; did you mean {hint!r}?" if hint else ""
+                )
+            raise _problem(here_source, here, "extends", message)
+        here_entries, here_source, here = catalogue, str(catalogue_path()), parent
+    if base_depth + len(chain) > MAX_EXTENDS_DEPTH:
+        raise _problem(
+            source,
+            name,
+            "extends",
+            f"the extends chain is {base_depth + len(chain)} entries deep, more than "
+            f"{MAX_EXTENDS_DEPTH}; flatten it",
+        )
+    merged = base
+    for depth, (key, body) in enumerate(reversed(chain), start=base_depth + 1):
+        merged = _merge(merged, body)
+        cache[key] = (merged, depth)
+    return copy.deepcopy(merged)
 
 
 _CATALOGUE_CACHE: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -1003,8 +1233,8 @@ def _clean_loc(loc: tuple[Any, ...], data: Any) -> tuple[list[Any], Any]:
             parts.append(item)
             node = node[item] if item < len(node) else None
             continue
-        if isinstance(node, int | float) and item == "constant":
-            continue
+        if isinstance(node, int | float) and item in ("constant", "value"):
+            continue  # a bare number is a constant schedule: its error is the number's
         parts.append(item)
         node = None
     return parts, node
@@ -1125,9 +1355,10 @@ def load_algorithms_file(
     entries = _entries(path)
     specs: dict[str, AlgorithmSpec] = {}
     problems: list[Problem] = []
+    cache: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
     for name in entries:
         try:
-            specs[name] = _build_algorithm(entries, str(name), source, overrides)
+            specs[name] = _build_algorithm(entries, str(name), source, overrides, cache)
         except SpecError as e:
             problems.extend(e.problems)
     if problems:
@@ -1136,15 +1367,38 @@ def load_algorithms_file(
 
 
 def _build_algorithm(
-    entries: Mapping[str, Any], name: str, source: str, overrides: Mapping[str, Any] | None
+    entries: Mapping[str, Any],
+    name: str,
+    source: str,
+    overrides: Mapping[str, Any] | None,
+    cache: dict[tuple[str, str], tuple[dict[str, Any], int]] | None = None,
 ) -> AlgorithmSpec:
-    raw = _resolve(entries, name, source)
+    base = _resolve(entries, name, source, cache)
+    if overrides:
+        _check_overrides(overrides)
     try:
-        raw = apply_overrides(raw, overrides)
+        raw = apply_overrides(base, overrides)
     except (TypeError, AttributeError) as e:
-        raise _problem(source, name, "", f"cannot apply overrides: {e}") from None
+        raise _problem(OVERRIDES_SOURCE, name, "", f"cannot apply overrides: {e}") from None
     raw["name"] = name
-    return _validate(AlgorithmSpec, raw, source, name)
+    try:
+        return _validate(AlgorithmSpec, raw, source, name)
+    except SpecError as e:
+        if not overrides:
+            raise
+        # The entry alone may be valid: then every problem is the overrides' (--set), not the
+        # file's, and the message must say so rather than blame the file
+        try:
+            _validate(AlgorithmSpec, {**base, "name": name}, source, name)
+        except SpecError:
+            raise e from None
+        raise SpecError(
+            [Problem(OVERRIDES_SOURCE, p.entry, p.path, p.message) for p in e.problems]
+        ) from None
+
+
+#: The source named by problems that dotted overrides (``--set KEY=VALUE``) cause.
+OVERRIDES_SOURCE = "--set"
 
 
 def load_algorithm(
@@ -1164,6 +1418,7 @@ def load_algorithm(
     if isinstance(ref, AlgorithmSpec):
         if not overrides:
             return ref
+        _check_overrides(overrides)
         data = apply_overrides(ref.model_dump(mode="json", serialize_as_any=True), overrides)
         return _validate(AlgorithmSpec, data, "--set", ref.name)
     ref = str(ref)
@@ -1250,6 +1505,13 @@ def _preset_raw(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
     if path in stack:
         chain = " -> ".join(p.stem for p in (*stack, path))
         raise _problem(str(stack[0]), stack[0].stem, "extends", f"cyclic extends: {chain}")
+    if len(stack) >= MAX_EXTENDS_DEPTH:
+        raise _problem(
+            str(stack[0]),
+            stack[0].stem,
+            "extends",
+            f"the extends chain is deeper than {MAX_EXTENDS_DEPTH} presets; flatten it",
+        )
     raw = read_yaml(path)
     parent = raw.pop("extends", None)
     if parent is None:
