@@ -458,6 +458,9 @@ def _train(
             if restart:
                 _restart(run_path, settings)
                 mode = "restart"
+            elif (done := _already_finished(run_path, settings)) is not None:
+                lock.release()
+                return done
             elif not _checkpoint_steps(run_path):
                 last = _last_record_step(run_path)
                 records = f" (records up to env step {last:,})" if last is not None else ""
@@ -510,6 +513,32 @@ def _train(
         raise
     finally:
         lock.release()
+
+
+def _already_finished(run_path: Path, settings: RunSettings) -> RunResult | None:
+    """A run whose newest checkpoint has reached its budget, as it stands (nothing is built or
+    written), saying so; ``None`` when there is something left to train."""
+    from zoo.metrics import read_jsonl
+
+    steps = _checkpoint_steps(run_path)
+    if not steps or steps[-1] < settings.total_env_steps:
+        return None
+    step = steps[-1]
+    records = [r for r in read_jsonl(run_path / "metrics.jsonl") if r.get("env_steps", 0) <= step]
+    _say(
+        f"{run_path} is already finished: its checkpoint at env step {step:,} has reached the "
+        f"budget of {settings.total_env_steps:,}; nothing to train. Train it further with: "
+        f"zoo train --resume {run_path} --steps N (N above {step:,}); evaluate it with: "
+        f"zoo eval {run_path}"
+    )
+    return RunResult(
+        run_dir=run_path,
+        env_steps=step,
+        updates=int(records[-1]["updates"]) if records else 0,
+        evaluations=[
+            e for e in read_jsonl(run_path / "eval.jsonl") if e.get("env_steps", 0) <= step
+        ],
+    )
 
 
 def _new_settings(
@@ -1042,10 +1071,10 @@ def _run(
             spec, settings, env_obj, run_path, mode, checkpointer, previous_total
         )
         logger = MetricsLogger(run_path, resume_from=resume_from)
-        evaluate_now = _evaluator(spec, settings, env_obj, logger)
+        evaluate_now = _evaluator(spec, settings, env_obj, logger, show_progress)
         trainer = Trainer(loop, config, logger, checkpointer, evaluate_now, games=games)
         try:
-            trainer.run(carry)
+            carry = trainer.run(carry)
         except NonFiniteLossError as e:
             raise RunError(_non_finite_message(str(e), checkpointer)) from None
         except CheckpointError as e:
@@ -1059,12 +1088,12 @@ def _run(
             logger.close()
     finally:
         checkpointer.close()
-    counters = read_jsonl(run_path / "metrics.jsonl")
-    last = counters[-1] if counters else {"env_steps": 0, "updates": 0}
+    # the counters of the state the run ended in: the last checkpoint's (an interrupted run's
+    # metrics records may stop before it)
     return RunResult(
         run_dir=run_path,
-        env_steps=int(last["env_steps"]),
-        updates=int(last["updates"]),
+        env_steps=int(carry.env_steps),
+        updates=int(carry.learner.updates),
         evaluations=read_jsonl(run_path / "eval.jsonl"),
         interrupted=trainer.stopped_by_signal,
     )
@@ -1186,10 +1215,17 @@ def _record_resume(
 
 
 def _evaluator(
-    spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, logger: Any
+    spec: AlgorithmSpec,
+    settings: RunSettings,
+    env_obj: Any,
+    logger: Any,
+    show_progress: bool = False,
 ) -> Callable[[Any, int], dict[str, Any]]:
-    """The trainer's evaluation: play under the protocol, log the record, return it."""
+    """The trainer's evaluation: play under the protocol, log the record, return it. With
+    ``show_progress``, a long evaluation shows its progress and every evaluation ends with a
+    line of its result (:class:`zoo.metrics.EvaluationProgress`)."""
     from zoo.envs import evaluate
+    from zoo.metrics import EvaluationProgress
 
     policy_fn = make_policy_fn(spec, env_obj.num_actions)
 
@@ -1197,6 +1233,7 @@ def _evaluator(
         import jax
 
         policy = policy_fn(online, jax.random.PRNGKey(_seed31(settings.seed + 10_000 + env_steps)))
+        shown = EvaluationProgress(f"evaluation at env step {env_steps:,}", mode=None)
         result = evaluate(
             policy,
             settings.env,
@@ -1205,12 +1242,15 @@ def _evaluator(
             seed=_seed31(settings.seed + 1 + env_steps),
             max_steps=settings.eval_max_steps,
             epsilon=spec.schedule.eval_epsilon,
+            progress=shown if show_progress else None,
         )
         record = {
             "env_steps": env_steps,
             "protocol": settings.protocol,
             **_finished(result, settings.eval_max_steps),
         }
+        if show_progress:
+            shown.close(evaluation_summary(record))
         logger.log_eval(record)
         if record["mean_return"] is None:
             # the trainer compares the return with --stop-at-return: no game, no stop
@@ -1218,6 +1258,17 @@ def _evaluator(
         return record
 
     return evaluate_now
+
+
+def evaluation_summary(evaluation: Mapping[str, Any]) -> str:
+    """``return M ± S over N games``, or what an evaluation that finished no game reports."""
+    if evaluation.get("mean_return") is None:
+        return str(evaluation.get("note") or "no game finished")
+    n = evaluation["episodes"]
+    return (
+        f"return {evaluation['mean_return']:.1f} ± {evaluation['std_return']:.1f} over "
+        f"{n} game{'s' * (n != 1)}"
+    )
 
 
 #: Statistics of an evaluation that exist only when a game finished.
@@ -1376,13 +1427,17 @@ def evaluate_run(
     seed: int = 12345,
     max_steps: int | None = None,
     step: int | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a run's checkpoint under the run's protocol; what ``zoo eval`` does.
 
     Where no game finishes within ``max_steps``, the game statistics are ``None`` and ``note``
-    says so.
+    says so. With ``progress``, an evaluation that takes more than a moment shows on stderr what
+    it plays, the most agent steps it may take and how far it is
+    (:class:`zoo.metrics.EvaluationProgress`).
     """
     from zoo.envs import evaluate
+    from zoo.metrics import EvaluationProgress
 
     check_count("eval_episodes", episodes)
     check_count("eval_max_steps", max_steps)
@@ -1391,6 +1446,7 @@ def evaluate_run(
     policy = load_policy(run_path, step=step)
     settings = _read_settings(run_path)
     spec = spec_lib.load_algorithm(run_path / "spec.yaml")
+    shown = EvaluationProgress(f"zoo eval {run_path}") if progress else None
     result = evaluate(
         policy,
         settings.env,
@@ -1399,7 +1455,10 @@ def evaluate_run(
         seed=seed,
         max_steps=max_steps,
         epsilon=spec.schedule.eval_epsilon,
+        progress=shown,
     )
+    if shown is not None:
+        shown.close()
     return {
         "run_dir": str(run_path),
         "protocol": settings.protocol,
