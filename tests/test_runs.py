@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -189,6 +190,42 @@ def test_sigint_saves_and_exits_cleanly(tmp_path):
     saved = max(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
     assert saved > first
     assert env_steps_of(run)[-1] <= saved
+    # the step reported is the checkpoint's, where a resume continues (it used to be the last
+    # metrics record's: "interrupted at env step 1,800" with the checkpoint at 1,840)
+    reported = re.search(r"interrupted at env step ([\d,]+) \(checkpoint saved there\)", err)
+    assert reported is not None, err[-2000:]
+    assert int(reported[1].replace(",", "")) == saved
+    stopped = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()][-1]
+    assert stopped["event"] == "stopped" and stopped["status"] == "interrupted"
+    assert stopped["env_steps"] == saved
+
+
+def test_resuming_a_finished_run_says_so_at_once_and_builds_nothing(finished_run, tmp_path):
+    # it used to build and restore everything (30 s on Atari) to re-print the summary
+    run = tmp_path / "finished"
+    shutil.copytree(finished_run, run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    program = (
+        "import json, sys, zoo.cli; rc = zoo.cli.main(sys.argv[1:]); "
+        "print(json.dumps({'rc': rc, 'jax': 'jax' in sys.modules}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program, "train", "--resume", str(run)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert json.loads(result.stdout.splitlines()[-1]) == {"rc": 0, "jax": False}, result.stderr
+    assert result.stderr.startswith(
+        f"zoo: {run} is already finished: its checkpoint at env step 1,200 has reached the "
+        "budget of 1,200; nothing to train. Train it further with: "
+        f"zoo train --resume {run} --steps N"
+    )
+    assert "finished 1,200 env steps, 500 updates; evaluation return" in result.stdout
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # nothing recorded: nothing happened
 
 
 def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_checkpoint(tmp_path):
