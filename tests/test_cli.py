@@ -121,6 +121,16 @@ def test_list_components_by_axis_wildcard(tmp_path: Path) -> None:
     assert all(summary.strip() for summary in rows.values())
 
 
+def test_list_prints_plain_text_not_docstring_markup(tmp_path: Path) -> None:
+    # summaries come from docstrings, whose ``literal`` markup showed on the terminal
+    result = run_zoo("list", "components", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "``" not in result.stdout
+    rows = listed(result.stdout)
+    assert rows["head/quantile"] == "num_quantiles quantile values per action (QR-DQN)."
+    assert "``" not in run_zoo("list", cwd=tmp_path).stdout
+
+
 @pytest.mark.parametrize(
     "args",
     [["list", "nothing_like_this*"], ["list", "algorithms", "zz*"], ["list", "presets", "zz*"]],

@@ -741,6 +741,27 @@ def test_compare_skips_a_stub_run_with_a_note(finished, tmp_path, monkeypatch):
     assert "the evaluation at 400 env steps finished no game" in evaluation["note"]
 
 
+def test_compare_of_runs_without_a_finished_game_plots_without_a_warning(
+    finished, tmp_path, monkeypatch
+):
+    # a group with no curve to draw (no game finished yet, as early in an Atari run) made
+    # matplotlib print "No artists with labels found to put in legend"
+    import warnings
+
+    monkeypatch.chdir(tmp_path)
+    run = copy_run(finished[0], tmp_path / "runs" / "early")
+    records = read_jsonl(run / "metrics.jsonl")
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "return"}) + "\n" for r in records)
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _out, err = run_cli("compare", str(run))
+    assert code == 0, err
+    assert (tmp_path / "runs" / "comparison.png").is_file()
+    assert [str(w.message) for w in caught if "artists" in str(w.message)] == []
+
+
 def test_compare_writes_under_the_working_directory_by_default(finished, tmp_path, monkeypatch):
     # without --out the files went into the runs' deepest common folder ('/' for /tmp and /home)
     elsewhere = copy_run(finished[0], tmp_path / "elsewhere" / "run")
