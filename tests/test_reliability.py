@@ -262,6 +262,31 @@ def test_a_replay_larger_than_the_budget_is_noted(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "replay.capacity=1,000,000 is more than the budget of 25,000 transitions" in err
     assert "--set replay.capacity=25000" in err
+    # the catalogue's ε ramp (Atari: 250k transitions) on a CartPole budget: a random agent
+    assert (
+        "note: schedule.epsilon decays over 250,000 transitions, past the budget of 25,000: "
+        "ε is still 0.90 at its end, so the agent acts mostly at random" in err
+    )
+    assert "--set schedule.epsilon.steps=2500" in err
+
+
+def test_a_preset_whose_exploration_fits_its_budget_gets_no_note(tmp_path, capsys):
+    import zoo
+
+    with pytest.raises(AbortedError):
+        zoo.train("dqn_cartpole", run_dir=tmp_path / "run", progress=False, on_start=abort)
+    assert "schedule.epsilon" not in capsys.readouterr().err
+
+
+def test_a_budget_equal_to_min_size_is_refused(tmp_path, monkeypatch):
+    # the README's mine.yaml on --steps 20000 (its min_size) ran and reported "0 updates"
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "mine.yaml", "mine:\n  extends: qr_dqn\n  loss: {n_step: 3}\n")
+    code, _, err = run_cli("train", "mine.yaml", "--steps", "20000")
+    assert code == 2, err
+    assert "replay.min_size=20,000 is equal to the budget of 20,000 transitions" in err
+    assert "learning would never start (0 updates)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"]
 
 
 def test_a_network_too_large_for_memory_is_refused_at_run_start_without_allocating(tmp_path):

@@ -1,11 +1,11 @@
 """The ``zoo`` command.
 
     zoo list [algorithms|presets|components] [PATTERN]
-    zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...]
+    zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...] [--preset]
     zoo validate FILE...
     zoo train ALGORITHM|PRESET|FILE [--env ID] [--steps N] [--seed S] [--set KEY=VALUE ...]
-              [--run-dir DIR] [--resume DIR [--restart]] ...
-    zoo eval RUN_DIR [--episodes N]
+              [--run-dir DIR] [--resume DIR [--restart]] [--progress WHEN] ...
+    zoo eval RUN_DIR [--episodes N] [--progress WHEN]
     zoo compare RUN_DIR... [--reference SERIES] [--out DIR] [--record ours/NAME]
     zoo compare --list-series [PATTERN]
     zoo reproduce PRESET [--games G ...] [--seeds N] [--frames N] [--run-dir DIR]
@@ -17,7 +17,11 @@ while running (a non-finite loss, a full disk, no intact checkpoint); 130 interr
 checkpoint saved). Never a traceback.
 
 User components enter through ``--plugin MODULE`` (repeatable) or the ``ZOO_PLUGINS`` environment
-variable (comma-separated module names), never from inside a YAML file.
+variable (comma-separated module names), never from inside a YAML file; a module is looked for on
+the Python path and then in the working directory, and ``--plugin path/to/file.py`` names a file.
+
+Progress goes to stderr: on a terminal one line redrawn in place, otherwise (``nohup``, a
+scheduler, CI) a line every 30 s; ``--progress`` or ``ZOO_PROGRESS`` changes it (``zoo.metrics``).
 """
 
 from __future__ import annotations
@@ -218,8 +222,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 130
     if final is not None:
         best = result.best_return
+        target = args.stop_at_return
+        reached = final.get("mean_return")
+        early = target is not None and reached is not None and reached >= target
         print(
-            f"finished {result.env_steps:,} env steps, {result.updates:,} updates; "
+            (f"reached --stop-at-return {target:g}: " if early else "")
+            + f"finished {result.env_steps:,} env steps, {result.updates:,} updates; "
             f"{_evaluation_summary(final)}" + (f" (best {best:.1f})" if best is not None else "")
         )
     print(f"results: {result.run_dir} (metrics.jsonl, eval.jsonl, tb/, checkpoints/)")

@@ -485,6 +485,7 @@ def _train(
     try:
         if mode != "resume":
             _note_capacity(spec, settings)
+            _note_exploration(spec, settings)
         if on_start is not None:
             on_start(run_path)
         env_obj = make(
@@ -593,13 +594,38 @@ def _new_settings(
 def _check_budget(spec: AlgorithmSpec, settings: RunSettings) -> None:
     """A budget that never reaches ``replay.min_size`` would train nothing: refuse it."""
     min_size = spec.replay.min_size
-    if settings.total_env_steps < min_size:
+    if settings.total_env_steps <= min_size:
+        # learning starts once min_size transitions are in: a budget of min_size trains nothing
+        relation = "more than" if min_size > settings.total_env_steps else "equal to"
         raise RunRefusedError(
-            f"replay.min_size={min_size:,} is more than the budget of "
+            f"replay.min_size={min_size:,} is {relation} the budget of "
             f"{settings.total_env_steps:,} transitions: learning would never start (0 updates); "
             f"lower it (e.g. --set replay.min_size={max(settings.total_env_steps // 10, 1)}) or "
             f"raise --steps above {min_size:,}"
         )
+
+
+def _note_exploration(spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """Say when ε is still decaying at the end of the budget: a catalogue entry (Atari settings,
+    ε over 1M transitions) trained on a short CartPole budget acts almost at random throughout."""
+    epsilon = spec.schedule.epsilon
+    total = settings.total_env_steps
+    if (
+        spec.network.noisy
+        or not isinstance(epsilon, spec_lib.LinearSchedule)
+        or epsilon.begin + epsilon.steps <= total
+        or epsilon.start <= epsilon.end
+    ):
+        return
+    progress = min(max((total - epsilon.begin) / epsilon.steps, 0.0), 1.0)
+    last = epsilon.start + progress * (epsilon.end - epsilon.start)
+    _say(
+        f"note: schedule.epsilon decays over {epsilon.begin + epsilon.steps:,} transitions, "
+        f"past the budget of {total:,}: ε is still {last:.2f} at its end, so the agent acts "
+        f"mostly at random (catalogue entries carry Atari settings; the *_cartpole presets "
+        f"carry CartPole's); --set schedule.epsilon.steps={max(total // 10, 1)} would decay it "
+        "over the first tenth"
+    )
 
 
 def _note_capacity(spec: AlgorithmSpec, settings: RunSettings) -> None:
