@@ -248,6 +248,20 @@ def test_show_says_when_an_entry_is_the_installed_copy(installed: Path, tmp_path
     assert "edits to a clone's presets take effect with an editable install" in result.stdout
 
 
+def test_train_preset_trains_the_preset_not_the_catalogue_entry(tmp_path: Path) -> None:
+    # `zoo train mdqn` is the catalogue entry; the paper's settings needed a path into the clone
+    # or site-packages. The preset's protocol (machado_2018) shows which one was taken.
+    result = run_zoo("train", "--preset", "mdqn", "--env", "CartPole-v1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "protocol 'machado_2018' is for atari environments" in result.stderr
+    assert_no_traceback(result)
+    result = run_zoo("train", "--preset", "mdqnn", cwd=tmp_path)
+    assert (
+        result.returncode == 2 and "unknown preset 'mdqnn'; did you mean 'mdqn'?" in result.stderr
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_show_from_a_clone_or_editable_install_has_no_hint(tmp_path: Path) -> None:
     if spec.catalogue_path().parent.name == "_data":
         pytest.skip("these tests run against an installed copy")

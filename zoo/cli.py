@@ -185,9 +185,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.algorithm is None and args.resume is None:
         print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
         return EXIT_SPEC_ERROR
+    algorithm = args.algorithm
+    if args.preset:
+        if algorithm is None:
+            print("zoo train: --preset needs a preset name", file=sys.stderr)
+            return EXIT_SPEC_ERROR
+        if not spec._looks_like_path(algorithm):
+            algorithm = str(_shipped_preset(algorithm))
     try:
         result = train(
-            args.algorithm,
+            algorithm,
             env=args.env,
             total_env_steps=args.steps,
             seed=args.seed,
@@ -516,6 +523,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train an algorithm or preset; writes a run directory")
     p.add_argument("algorithm", nargs="?", help="catalogue name, preset, FILE.yaml[:ENTRY]")
+    p.add_argument(
+        "--preset",
+        action="store_true",
+        help="ALGORITHM names a shipped preset (for presets that share a catalogue name: "
+        "`zoo train --preset mdqn` trains the paper's settings, `zoo train mdqn` the entry)",
+    )
     p.add_argument("--env", help="environment id (default: the preset's, else CartPole-v1)")
     p.add_argument(
         "--steps",

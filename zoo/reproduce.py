@@ -107,6 +107,15 @@ def _check_same_run(run_dir: Path, expected: dict[str, Any]) -> None:
         )
 
 
+def preset_ref(preset: str) -> str:
+    """What to train for ``preset``: a shipped preset that shares its name with a catalogue
+    entry (``mdqn``, ``c51``, ``rainbow``, ...) is named by its file, since ``train("mdqn")``
+    trains the catalogue entry, without the paper's settings or protocol."""
+    if spec_lib.is_preset(preset) or preset not in spec_lib.preset_names():
+        return preset
+    return str(spec_lib.presets_dir() / f"{preset}.yaml")
+
+
 def reproduce(
     preset: str,
     *,
@@ -204,7 +213,7 @@ def reproduce(
             else:
                 log(f"{path}: training {steps:,} env steps")
                 train(
-                    preset,
+                    preset_ref(preset),
                     env=env_id,
                     total_env_steps=steps,
                     seed=seed,
