@@ -55,7 +55,7 @@ def reproduced(tmp_path_factory):
         if name == "full":
             outputs["snapshot"] = {s: snapshot(root / PRESET / "CartPole-v1" / s) for s in SEEDS}
 
-    call("partial", "--seeds", "1", "--frames", "1500")
+    call("partial", "--seeds", "1", "--frames", "1500", "--checkpoint-every", "500")
     call("full", "--seeds", "2", "--frames", "3000")
     call("again", "--seeds", "2", "--frames", "3000")
     return root, outputs
@@ -74,6 +74,9 @@ def test_reproduce_resumes_a_partial_run_and_trains_the_missing_seed(reproduced)
         steps = [r["env_steps"] for r in read_jsonl(run / "metrics.jsonl")]
         assert steps[-1] == 3000
         assert steps == sorted(set(steps))  # resumed records are not duplicated
+    # --checkpoint-every is the run's own setting: the resume checkpoints on its multiples
+    checkpoints = root / PRESET / "CartPole-v1" / "seed0" / "checkpoints"
+    assert sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) == [2500, 3000]
 
 
 def test_reproduce_writes_table_markdown_json_and_plot(reproduced):

@@ -265,6 +265,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             reference=args.reference,
             eval_episodes=args.eval_episodes,
             eval_every=args.eval_every,
+            checkpoint_every=args.checkpoint_every,
             num_envs=args.num_envs,
         )
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
@@ -465,6 +466,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", metavar="SERIES", help="compare with this series instead")
     p.add_argument("--eval-episodes", type=_COUNT, default=10, help="games per evaluation")
     p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
+    p.add_argument(
+        "--checkpoint-every", type=_COUNT, help="transitions between each run's checkpoints"
+    )
     p.add_argument(
         "--num-envs", type=_NUM_ENVS, help="parallel environments (default: the preset's)"
     )
