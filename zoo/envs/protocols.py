@@ -222,6 +222,8 @@ class Protocol:
                     f"source setting {entry.setting!r} is neither a field nor an aspect "
                     f"({', '.join(ASPECTS)})"
                 )
+            elif entry.setting in ASPECTS and entry.zoo_value is None:
+                problems.append(f"source setting {entry.setting!r} is an aspect: give zoo_value")
         if self.suite == "atari":
             if self.frame_shape is None:
                 problems.append("an Atari protocol needs a frame_shape")
@@ -348,6 +350,7 @@ class Protocol:
 _DQN_ZOO = "deepmind/dqn_zoo@f87bb1f dqn_zoo/"
 _DOPAMINE = "google/dopamine dopamine/"
 _ENVPOOL = "sail-sg/envpool envpool/atari/atari_env.h"
+_ALL_FRAMES = "all 4 frames are played (envpool)"
 _ZERO_PAD_BEFORE = "zeros in the oldest slots: [0, 0, 0, f₀], [0, 0, f₀, f₁], …"
 _ENVPOOL_FRAMES = (
     "each frame grayscaled with the ALE palette, max over the last two, cv2 INTER_AREA resize "
@@ -408,7 +411,12 @@ def _dqn_zoo_settings() -> tuple[SourceSetting, ...]:
             matches=False,
             zoo_value=_ENVPOOL_FRAMES,
         ),
-        S("frame_skip_at_life_loss", "all 4 frames are played", _DQN_ZOO + "processors.py"),
+        S(
+            "frame_skip_at_life_loss",
+            "all 4 frames are played (lives are only compared)",
+            _DQN_ZOO + "processors.py",
+            zoo_value=_ALL_FRAMES,
+        ),
         S(
             "max_episode_frames",
             "108,000 frames (max_frames_per_episode), then the episode is cut",
@@ -454,7 +462,21 @@ def _dopamine_settings(full_action_set: bool) -> tuple[SourceSetting, ...]:
         atari_lib + " (create_atari_environment); Farama-Foundation/Arcade-Learning-Environment "
         "src/ale/python/registration.py",
     )
+    evaluation = S(
+        "evaluation",
+        "the baseline curves are training returns: the mean return of the games of each "
+        "250,000-step iteration (Runner.training_steps)",
+        gin + ", " + runner,
+        zoo_value="zoo compare reads the training returns of metrics.jsonl for them",
+    )
     if full_action_set:
+        evaluation = S(
+            "evaluation",
+            "the paper recommends reporting the mean return of the last episodes of training",
+            "Machado et al. 2018, https://doi.org/10.1613/jair.5699",
+            verified=False,
+            zoo_value="zoo compare reads the training returns of metrics.jsonl",
+        )
         actions = S(
             "full_action_set",
             "all 18 actions (the paper's recommendation; Dopamine itself uses the minimal set)",
@@ -500,7 +522,12 @@ def _dopamine_settings(full_action_set: bool) -> tuple[SourceSetting, ...]:
             atari_lib + " (AtariPreprocessing)",
             zoo_value=_ENVPOOL_FRAMES,
         ),
-        S("frame_skip_at_life_loss", "all 4 frames are played (no life-loss signal)", atari_lib),
+        S(
+            "frame_skip_at_life_loss",
+            "all 4 frames are played (no life-loss signal)",
+            atari_lib,
+            zoo_value=_ALL_FRAMES,
+        ),
         S(
             "max_episode_frames",
             "27,000 agent steps = 108,000 frames (Runner.max_steps_per_episode)",
@@ -517,13 +544,7 @@ def _dopamine_settings(full_action_set: bool) -> tuple[SourceSetting, ...]:
         ),
         S("reward_clip", "±1 (Runner clip_rewards=True)", runner),
         S("eval_epsilon", "0.001 (JaxDQNAgent.epsilon_eval)", gin),
-        S(
-            "evaluation",
-            "the baseline curves are training returns: the mean return of the games of each "
-            "250,000-step iteration (Runner.training_steps)",
-            gin + ", " + runner,
-            zoo_value="zoo compare reads the training returns of metrics.jsonl for them",
-        ),
+        evaluation,
     )
 
 
@@ -590,7 +611,7 @@ def _atari_100k_settings() -> tuple[SourceSetting, ...]:
             "breaks on is_terminal)",
             atari_lib,
             matches=False,
-            zoo_value="all 4 frames are played (envpool)",
+            zoo_value=_ALL_FRAMES,
         ),
         S(
             "max_episode_frames",
@@ -646,7 +667,13 @@ def _r2d2_settings() -> tuple[SourceSetting, ...]:
             verified=False,
             zoo_value=_ENVPOOL_FRAMES,
         ),
-        S("frame_skip_at_life_loss", "all frames are played", paper, verified=False),
+        S(
+            "frame_skip_at_life_loss",
+            "all frames are played",
+            paper,
+            verified=False,
+            zoo_value=_ALL_FRAMES,
+        ),
         S("max_episode_frames", "108,000 frames (30 minutes)", paper, verified=False),
         S(
             "truncation",
