@@ -144,7 +144,7 @@ def test_compare_and_reproduce_refuse_another_protocol(reproduced, capsys, tmp_p
         capsys, "compare", str(root), "--out", str(tmp_path), "--reference", "dopamine/dqn"
     )
     assert code == 2 and out == ""
-    assert "'machado_2018'" in err and "'classic'" in err and "not comparable" in err
+    assert "'dopamine_2018'" in err and "'classic'" in err and "not comparable" in err
     assert "Traceback" not in err
     # reproduce refuses before training anything
     code, _, err = run_cli(
@@ -164,7 +164,7 @@ def test_compare_names_what_is_not_a_run(capsys, tmp_path):
     code, _, err = run_cli(capsys, "compare", str(tmp_path))
     assert code == 2 and "no zoo run directory" in err
     code, out, _ = run_cli(capsys, "compare", "--list-series", "dopamine/*")
-    assert code == 0 and "dopamine/dqn_adam_mse" in out and "machado_2018" in out
+    assert code == 0 and "dopamine/dqn_adam_mse" in out and "dopamine_2018" in out
 
 
 def test_games_resolve_from_every_spelling_of_the_reference_tables():
