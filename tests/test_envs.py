@@ -1,8 +1,9 @@
 """zoo.envs against real envpool and gymnasium environments (no mocks).
 
-The envpool facts these tests pin down are written up in ``zoo/envs/__init__.py``: next-step
-autoreset, the life-loss pseudo-step, the frame stack at a game start (the first frame repeated)
-and across a life loss (not reset), and truncation at the frame cap.
+The envpool facts and zoo's rules these tests pin down are written up in ``zoo/envs/__init__.py``:
+next-step autoreset, a lost life read from ``info["lives"]`` (terminal in training where the
+protocol says so, the game and its stack going on, no pseudo-step), the frame stack zero-padded at
+a game start (and at a lost life under ``atari_100k``), and truncation at the frame cap.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def test_protocol_fields_have_no_defaults_and_every_protocol_is_registered():
         assert field.default_factory is dataclasses.MISSING, field.name
     assert set(ze.protocol_names()) == {
         "nature_2015",
+        "dopamine_2018",
         "machado_2018",
         "atari_100k",
         "r2d2_2019",
@@ -70,12 +72,20 @@ def test_protocol_values():
     assert (nature.frame_skip, nature.stack, nature.frame_shape) == (4, 4, (84, 84))
     assert nature.max_episode_frames == 108_000 and nature.max_episode_steps == 27_000
     assert (nature.reward_clip, nature.eval_epsilon) == (1.0, 0.05)
-    machado = ze.get_protocol("machado_2018")
+    assert nature.life_loss_terminal and not nature.life_loss_resets_stack  # dqn_zoo
+    dopamine = ze.get_protocol("dopamine_2018")  # sticky actions with the minimal action set
+    assert (dopamine.sticky_action_prob, dopamine.full_action_set) == (0.25, False)
+    assert (dopamine.noop_max, dopamine.life_loss_terminal) == (0, False)
+    assert dopamine.eval_epsilon == 0.001 and dopamine.max_episode_steps == 27_000
+    machado = ze.get_protocol("machado_2018")  # dopamine_2018 with the full action set
     assert machado.sticky_action_prob == 0.25 and machado.full_action_set is True
     assert machado.noop_max == 0
-    assert not machado.episodic_life_train and machado.eval_epsilon == 0.001
+    assert not machado.life_loss_terminal and machado.eval_epsilon == 0.001
+    atari_100k = ze.get_protocol("atari_100k")  # Dopamine's data-efficient runner
+    assert atari_100k.life_loss_terminal and atari_100k.life_loss_resets_stack
+    assert (atari_100k.sticky_action_prob, atari_100k.noop_max) == (0.0, 116)
     r2d2 = ze.get_protocol("r2d2_2019")  # no stack, no life loss, no sticky actions, no clip
-    assert (r2d2.stack, r2d2.episodic_life_train, r2d2.sticky_action_prob) == (1, False, 0.0)
+    assert (r2d2.stack, r2d2.life_loss_terminal, r2d2.sticky_action_prob) == (1, False, 0.0)
     assert (r2d2.reward_clip, r2d2.eval_epsilon, r2d2.max_episode_steps) == (None, 0.0, 27_000)
     assert r2d2.envpool_kwargs(training=True)["stack_num"] == 1
     classic = ze.get_protocol("classic")
@@ -83,24 +93,58 @@ def test_protocol_values():
     assert classic.frame_shape is None and classic.max_episode_frames is None
 
 
+def test_every_atari_setting_is_compared_with_its_source():
+    """Each Atari protocol states every field and aspect beside its source; differences named."""
+    fields = {f.name for f in dataclasses.fields(ze.Protocol)}
+    for protocol in ze.PROTOCOLS.values():
+        if protocol.suite != "atari":
+            assert protocol.source_settings == () and protocol.differences == ()
+            continue
+        settings = [s.setting for s in protocol.source_settings]
+        assert len(settings) == len(set(settings)), protocol.name
+        assert set(settings) <= fields | set(ze.ASPECTS)
+        assert set(ze.ASPECTS) <= set(settings)
+        for entry in protocol.source_settings:
+            assert entry.source_value and entry.source, (protocol.name, entry.setting)
+        record = protocol.to_dict()
+        assert record["differences"] == list(protocol.differences)
+        assert record["source_settings"][0]["setting"] == protocol.source_settings[0].setting
+    assert ze.get_protocol("dopamine_2018").differences == ("noop_max", "truncation")
+    assert set(ze.get_protocol("atari_100k").differences) == {
+        "noop_max",
+        "frame_skip_at_life_loss",
+        "evaluation",
+    }
+    assert "game_start_stack" in ze.get_protocol("nature_2015").differences  # dqn_zoo: [f, 0, 0, 0]
+    text = ze.get_protocol("atari_100k").summary()
+    assert "life_loss_resets_stack=True" in text and "frame_skip_at_life_loss" in text
+    nature = ze.get_protocol("nature_2015")
+    incomplete = nature.source_settings[1:]  # without sticky_action_prob
+    with pytest.raises(ValueError, match="no source setting for sticky_action_prob"):
+        dataclasses.replace(nature, source_settings=incomplete)
+    with pytest.raises(ValueError, match="neither a field nor an aspect"):
+        dataclasses.replace(
+            nature, source_settings=(*nature.source_settings, ze.SourceSetting("x", "y", "z"))
+        )
+
+
 def test_envpool_kwargs_per_protocol():
     nature = ze.get_protocol("nature_2015")
     train, evaluation = nature.envpool_kwargs(training=True), nature.envpool_kwargs(training=False)
-    assert train["noop_max"] == 30 and train["episodic_life"] is True
-    assert evaluation["episodic_life"] is False and evaluation["noop_max"] == 30
+    assert train["noop_max"] == 30 and train == evaluation  # zoo applies the life-loss rules
+    assert train["episodic_life"] is False and train["zero_discount_on_life_loss"] is False
     assert train["repeat_action_probability"] == 0.0 and train["full_action_space"] is False
     assert train["max_episode_steps"] == 27_000 and train["frame_skip"] == 4
     assert train["stack_num"] == 4 and (train["img_height"], train["img_width"]) == (84, 84)
     assert train["reward_clip"] is False and train["use_fire_reset"] is False
-    assert {k: v for k, v in train.items() if k != "episodic_life"} == {
-        k: v for k, v in evaluation.items() if k != "episodic_life"
-    }
     machado = ze.get_protocol("machado_2018").envpool_kwargs(training=True)
     assert machado["repeat_action_probability"] == 0.25 and machado["full_action_space"] is True
-    assert machado["episodic_life"] is False
     assert machado["noop_max"] == 1  # envpool cannot do 0 no-ops: one fixed no-op frame
+    dopamine = ze.get_protocol("dopamine_2018").envpool_kwargs(training=True)
+    assert dopamine == {**machado, "full_action_space": False}
     atari_100k = ze.get_protocol("atari_100k").envpool_kwargs(training=True)
-    assert atari_100k["episodic_life"] is True and atari_100k["repeat_action_probability"] == 0.0
+    assert atari_100k["episodic_life"] is False and atari_100k["repeat_action_probability"] == 0.0
+    assert atari_100k["noop_max"] == 116
     assert ze.get_protocol("classic").envpool_kwargs(training=True) == {}
     assert ze.get_protocol("minatar").gymnasium_kwargs(training=True) == {
         "sticky_action_prob": 0.1,
@@ -108,6 +152,8 @@ def test_envpool_kwargs_per_protocol():
     }
     with pytest.raises(ValueError, match="envpool"):
         ze.get_protocol("minatar").envpool_kwargs(training=True)
+    with pytest.raises(ValueError, match="life_loss_terminal"):
+        ze.make("Breakout-v5", env_kwargs={"episodic_life": True})
 
 
 def test_unknown_protocol_suggests_and_invalid_protocol_is_refused():
@@ -278,18 +324,17 @@ def test_minatar_through_gymnasium():
 # Atari
 
 
-def assert_game_start_stack(observation: np.ndarray) -> None:
-    """A game's first observation: its first frame repeated in every stack slot (not zeros)."""
-    assert observation.any()
-    for k in range(1, observation.shape[0]):
-        np.testing.assert_array_equal(observation[k], observation[0])
+def assert_episode_start_stack(observation: np.ndarray) -> None:
+    """An episode's first observation: zeros, then its first frame (dqn_zoo and Dopamine pad)."""
+    assert observation[-1].any()
+    assert not observation[:-1].any()
 
 
 def assert_shifted(prev: np.ndarray, observation: np.ndarray) -> None:
     np.testing.assert_array_equal(observation[:-1], prev[1:])
 
 
-def test_pong_observations_and_game_start_stack():
+def test_pong_observations_and_zero_padded_game_start_stack():
     with ze.make("Pong-v5", num_envs=2, seed=0) as env:
         assert env.protocol.name == "nature_2015"
         assert env.observation_shape == (4, 84, 84) and env.observation_dtype == np.uint8
@@ -299,14 +344,19 @@ def test_pong_observations_and_game_start_stack():
         prev = env.reset()
         assert prev.observation.shape == (2, 4, 84, 84) and prev.observation.dtype == np.uint8
         for i in range(2):
-            assert_game_start_stack(prev.observation[i])
-        for _ in range(5):
+            assert_episode_start_stack(prev.observation[i])
+        for t in range(5):
             timestep = env.step(np.zeros(2, np.int32))
             for i in range(2):
                 assert_shifted(prev.observation[i], timestep.observation[i])
+                # [0, 0, f0, f1], [0, f0, f1, f2], then four frames
+                assert not timestep.observation[i, : max(2 - t, 0)].any()
+                assert timestep.observation[i, max(2 - t, 0) :].any(axis=(1, 2)).all()
             prev = timestep
     with ze.make("Pong-v5", protocol="machado_2018") as env:
         assert env.num_actions == 18
+    with ze.make("Pong-v5", protocol="dopamine_2018") as env:
+        assert env.num_actions == 6  # Dopamine's baselines: the minimal action set
 
 
 def test_atari_truncation_at_the_frame_cap():
@@ -319,30 +369,77 @@ def test_atari_truncation_at_the_frame_cap():
         assert_shifted(steps[28].observation[0], cap.observation[0])  # the true last observation
         restart = steps[30]
         assert restart.first[0] and not restart.valid[0] and restart.reward[0] == 0.0
-        assert_game_start_stack(restart.observation[0])
+        assert_episode_start_stack(restart.observation[0])
 
 
-def test_breakout_life_loss_in_training():
-    with ze.make("Breakout-v5", seed=0, training=True) as env:
-        prev, loss = run_until(env, lambda ts: ts.terminated[0], random_actions(env))
-        assert loss.valid[0] and not loss.game_over[0] and not loss.truncated[0]
-        assert_shifted(prev.observation[0], loss.observation[0])
-        pseudo = env.step(np.ones(1, np.int32))
-        assert not pseudo.valid[0] and not pseudo.first[0]  # envpool's life-loss pseudo-step
-        assert pseudo.reward[0] == 0.0 and not pseudo.terminated[0] and not pseudo.game_over[0]
-        assert_shifted(loss.observation[0], pseudo.observation[0])  # the stack is not reset
-        tracker = ze.EpisodeTracker(1)
-        act = random_actions(env, seed=1)
-        timestep, lives_lost = pseudo, 1
-        while not timestep.game_over[0]:
-            prev, timestep = timestep, env.step(act(timestep))
-            tracker.update(timestep)
-            lives_lost += int(timestep.terminated[0])
-            assert timestep.valid[0] != prev.terminated[0]
-        assert timestep.terminated[0] and lives_lost == 5  # game_over only at the real end
-        restart = env.step(np.zeros(1, np.int32))
-        assert restart.first[0] and not restart.valid[0]
-        assert_game_start_stack(restart.observation[0])
+def until_life_lost(env: ze.VectorEnv, seed: int = 0) -> tuple[TimeStep, TimeStep, int]:
+    """Random play until the first lost life: (previous timestep, that timestep, steps)."""
+    prev, steps = env.reset(), 0
+    act = random_actions(env, seed)
+    while True:
+        timestep = env.step(act(prev))
+        steps += 1
+        if timestep.terminated[0] or steps > 2000:
+            return prev, timestep, steps
+        prev = timestep
+
+
+RIGHT, LEFT = 2, 3  # Breakout's minimal action set: NOOP, FIRE, RIGHT, LEFT
+
+
+def test_breakout_lost_life_is_terminal_in_training_and_the_game_goes_on():
+    """nature_2015 (dqn_zoo): discount 0 where lives drop; no pseudo-step, the stack goes on."""
+    twins = [ze.make("Breakout-v5", seed=0, training=True) for _ in range(2)]
+    (prev, loss, steps), (_, twin_loss, _) = (until_life_lost(env) for env in twins)
+    assert steps < 2000 and loss.terminated[0] and loss.valid[0]
+    assert not loss.game_over[0] and not loss.truncated[0] and not loss.first[0]
+    assert_shifted(prev.observation[0], loss.observation[0])
+    np.testing.assert_array_equal(loss.observation, twin_loss.observation)
+    # the next step plays its action: the twins part as soon as one goes right, the other left
+    right, left = twins[0].step(np.array([RIGHT])), twins[1].step(np.array([LEFT]))
+    for after in (right, left):
+        assert after.valid[0] and not after.first[0] and not after.terminated[0]
+        assert_shifted(loss.observation[0], after.observation[0])  # the stack is not reset
+    assert (right.observation != left.observation).any()
+    twins[1].close()
+    env = twins[0]
+    tracker = ze.EpisodeTracker(1)
+    for timestep in (loss, right):
+        tracker.update(timestep)
+    act = random_actions(env, seed=1)
+    timestep, lives_lost, length = right, 1, steps + 1
+    while not timestep.game_over[0]:
+        prev, timestep = timestep, env.step(act(timestep))
+        tracker.update(timestep)
+        lives_lost += int(timestep.terminated[0])
+        length += 1
+        assert timestep.valid[0] and not timestep.first[0]  # every step of the game is played
+    assert timestep.terminated[0] and lives_lost == 5  # game_over only at the real end
+    assert tracker.recent[-1].length == length - steps + 1  # counted from the tracker's start
+    restart = env.step(np.zeros(1, np.int32))
+    assert restart.first[0] and not restart.valid[0]
+    assert_episode_start_stack(restart.observation[0])
+    env.close()
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_atari_100k_restarts_the_stack_at_a_lost_life(training):
+    """Dopamine's atari_100k agent zero-fills its stack at each lost life (reset_one)."""
+    with ze.make("Breakout-v5", protocol="atari_100k", seed=0, training=training) as env:
+        prev, timestep, steps = env.reset(), None, 0
+        act = random_actions(env)
+        while steps < 2000:
+            timestep = env.step(act(prev))
+            steps += 1
+            if timestep.first[0] and timestep.valid[0]:
+                break
+            prev = timestep
+        assert steps < 2000 and not timestep.game_over[0]
+        assert timestep.terminated[0] == training  # terminal in training only
+        assert_episode_start_stack(timestep.observation[0])  # [0, 0, 0, frame after the loss]
+        after = env.step(np.array([RIGHT]))
+        assert after.valid[0] and not after.first[0]
+        assert_shifted(timestep.observation[0], after.observation[0])  # [0, 0, f, f']
 
 
 def test_breakout_evaluation_plays_whole_games():
@@ -381,15 +478,15 @@ def test_episode_tracker_counts_games_not_lives():
     steps = [
         make_timestep(0, first=True, valid=False),
         make_timestep(5),
-        make_timestep(2, terminated=True),  # a lost life
-        make_timestep(0, valid=False),  # the pseudo-step
+        make_timestep(2, terminated=True),  # a lost life (nature_2015): the game goes on
+        make_timestep(1, terminated=True, first=True),  # a lost life restarting the stack
         make_timestep(3, terminated=True, game_over=True),
         make_timestep(0, first=True, valid=False),
         make_timestep(7, terminated=True, game_over=True),
     ]
     finished = [e for ts in steps for e in tracker.update(ts)]
-    assert finished == [ze.Episode(10.0, 3, 0), ze.Episode(7.0, 1, 0)]
-    assert tracker.total_games == 2 and tracker.mean_recent_return() == 8.5
+    assert finished == [ze.Episode(11.0, 4, 0), ze.Episode(7.0, 1, 0)]
+    assert tracker.total_games == 2 and tracker.mean_recent_return() == 9.0
 
 
 def test_xla_compiled_cartpole_loop():
@@ -403,17 +500,15 @@ def test_xla_compiled_cartpole_loop():
             pytest.fail("envpool's XLA interface is unavailable with this JAX")
         handle, _, _, step = env.xla()
 
-        def body(carry, _):
-            handle, prev_done = carry
-            handle, output = step(handle, jnp.zeros(2, jnp.int32))
-            timestep = env.xla_timestep(output, prev_done)
-            return (handle, timestep.terminated | timestep.truncated), timestep
+        def body(handle, _):
+            handle, timestep = step(handle, jnp.zeros(2, jnp.int32))
+            return handle, env.xla_timestep(timestep)
 
         @jax.jit
         def run(handle):
-            return jax.lax.scan(body, (handle, jnp.zeros(2, bool)), None, length=10)
+            return jax.lax.scan(body, handle, None, length=10)
 
-        (handle, _), timesteps = run(handle)
+        _, timesteps = run(handle)
         timesteps = jax.tree.map(np.asarray, timesteps)
         assert timesteps.observation.shape == (10, 2, 4)
         ends = np.argwhere(timesteps.terminated[:-1])
@@ -422,6 +517,27 @@ def test_xla_compiled_cartpole_loop():
             assert timesteps.first[t + 1, i] and not timesteps.valid[t + 1, i]
             assert timesteps.reward[t + 1, i] == 0.0
         assert timesteps.valid[0].all() and timesteps.reward.dtype == np.float32
+
+
+@pytest.mark.parametrize("protocol", ["nature_2015", "atari_100k"])
+def test_xla_steps_give_the_host_steps_timesteps_on_breakout(protocol):
+    """The compiled path applies the same life-loss and stack rules as the host path."""
+    jax = pytest.importorskip("jax")
+    steps, n = 400, 2
+    actions = np.random.default_rng(0).integers(0, 4, (steps, n)).astype(np.int32)
+    with ze.make("Breakout-v5", protocol=protocol, num_envs=n, seed=5) as env:
+        env.reset()
+        host = [env.step(a) for a in actions]
+    with ze.make("Breakout-v5", protocol=protocol, num_envs=n, seed=5) as env:
+        env.reset()
+        handle, _, _, step = env.xla()
+        _, compiled = jax.jit(lambda h, a: jax.lax.scan(step, h, a))(handle, actions)
+        compiled = jax.tree.map(np.asarray, compiled)
+    for name in TimeStep._fields:
+        expected = np.stack([getattr(ts, name) for ts in host])
+        np.testing.assert_array_equal(getattr(compiled, name), expected, err_msg=name)
+    assert np.stack([ts.terminated & ~ts.game_over for ts in host]).sum() >= 2  # lives lost
+    assert np.stack([ts.game_over for ts in host]).any()
 
 
 def test_evaluate_counts_exact_episodes():

@@ -277,7 +277,7 @@ SERIES_PROTOCOL: dict[str, str] = {
         )
     },
     **{
-        f"dopamine/{name}": "machado_2018"
+        f"dopamine/{name}": "dopamine_2018"
         for name in ("dqn_adam_mse", "dqn", "c51", "rainbow", "quantile", "iqn")
     },
     "atari100k/der": "atari_100k",

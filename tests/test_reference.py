@@ -45,7 +45,7 @@ def test_every_series_id_of_the_interface_is_shipped_with_protocol_and_statistic
         assert series.source
     for series_id in DOPAMINE:
         s = ref.load_series(series_id)
-        assert (s.protocol, s.statistic, s.window_frames) == ("machado_2018", "training", 10**6)
+        assert (s.protocol, s.statistic, s.window_frames) == ("dopamine_2018", "training", 10**6)
         assert len(s.games) == 60
     for series_id in PUBLISHED:
         s = ref.load_series(series_id)
@@ -117,9 +117,9 @@ def test_comparison_across_protocols_is_refused_with_both_names():
     with pytest.raises(ref.ProtocolMismatchError) as info:
         ref.check_protocol(series, "nature_2015")
     message = str(info.value)
-    assert "'machado_2018'" in message and "'nature_2015'" in message
-    assert "--protocol machado_2018" in message
-    ref.check_protocol(series, "machado_2018")  # same protocol: accepted
+    assert "'dopamine_2018'" in message and "'nature_2015'" in message
+    assert "--protocol dopamine_2018" in message
+    ref.check_protocol(series, "dopamine_2018")  # same protocol: accepted
 
 
 def test_unknown_series_suggests_close_ids():

@@ -1,4 +1,4 @@
-"""Replay invariants: n-step windows, priorities, ring wrap, frame stacks (against envpool),
+"""Replay invariants: n-step windows, priorities, ring wrap, frame stacks (against zoo.envs),
 sequences, jit/scan, memory.
 
 Every sampled item is checked against an independent Python model of the stream: the histories
@@ -134,10 +134,10 @@ def step_batch(streams: list[Stream], t: int, stack: int = 1, core_state=None) -
 
 
 def ref_stack(s: Stream, t: int, stack: int) -> np.ndarray:
-    """What envpool's stack holds at t: reset to the game's first frame repeated, then shifted."""
+    """What the actor's stack holds at t (zoo.envs): zeros at an episode's start, then shifted."""
     start = max(u for u in range(t + 1) if s.first[u])
-    frames = deque([s.obs[max(start, t - stack + 1)]] * stack, maxlen=stack)
-    for u in range(max(start, t - stack + 1) + 1, t + 1):
+    frames = deque([np.zeros_like(s.obs[t])] * stack, maxlen=stack)
+    for u in range(max(start, t - stack + 1), t + 1):
         frames.append(s.obs[u])
     return np.stack(frames)
 
@@ -434,18 +434,21 @@ def test_capacity_too_small_is_a_clear_error():
 
 
 @pytest.mark.parametrize(
-    ("game", "kwargs"),
+    ("game", "protocol", "kwargs"),
     [
-        ("Pong-v5", {"max_episode_steps": 90}),  # truncations (a Pong game lasts ~900 steps)
-        ("Breakout-v5", {"episodic_life": True}),  # life losses and game overs
+        ("Pong-v5", "nature_2015", {"max_episode_steps": 90}),  # truncations (a game: ~900 steps)
+        ("Breakout-v5", "nature_2015", {}),  # lost lives (the stack goes on) and game overs
+        ("Breakout-v5", "atari_100k", {}),  # lost lives restart the stack
     ],
 )
-def test_frame_stacks_match_envpool_and_never_cross_a_game_start(game, kwargs):
-    """Stacks rebuilt from one stored frame per slot equal what envpool returned."""
-    envpool = pytest.importorskip("envpool")
+def test_frame_stacks_match_the_env_and_never_cross_an_episode_start(game, protocol, kwargs):
+    """Stacks rebuilt from one stored frame per slot equal what the environment returned
+    (zoo.envs over envpool: zero-padded at each episode start)."""
+    from zoo.envs import make
+
     num_envs, steps, cap, stack, n = 2, 300, 200, 4, 3
-    env = envpool.make(game, env_type="gym", num_envs=num_envs, seed=3, **kwargs)
-    assert env.observation_space.shape == (stack, 84, 84)
+    env = make(game, protocol=protocol, num_envs=num_envs, seed=3, env_kwargs=kwargs)
+    assert env.observation_shape == (stack, 84, 84)
     replay = build_replay(
         ff_spec(num_envs * cap, n=n, gamma=0.99),
         num_envs=num_envs,
@@ -457,40 +460,40 @@ def test_frame_stacks_match_envpool_and_never_cross_a_game_start(game, kwargs):
     rebuild = jax.jit(replay.observation)
     state = replay.init()
     rng = np.random.default_rng(0)
-    obs, info = env.reset()
-    first = info["elapsed_step"] == 0
+    ts = env.reset()
+    obs, first = ts.observation, ts.first
     valid = np.ones(num_envs, bool)
     history: list[np.ndarray] = []
     firsts, ended, lives_lost = [], [], 0
     for t in range(steps):
-        action = rng.integers(0, env.action_space.n, num_envs)
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        np.testing.assert_array_equal(info["env_id"], np.arange(num_envs))
+        action = rng.integers(0, env.num_actions, num_envs)
+        ts = env.step(action)
         state = add(
-            state, StepBatch(obs, action, np.sign(reward), terminated, truncated, first, valid)
+            state, StepBatch(obs, action, ts.reward, ts.terminated, ts.truncated, first, valid)
         )
         history.append(obs)
         firsts.append(first)
-        ended.append(terminated | truncated)
-        lives_lost += int(np.sum(terminated & ~info["terminated"].astype(bool)))
-        valid = ~(terminated | truncated)
-        first = info["elapsed_step"] == 0
-        obs = next_obs
+        ended.append(ts.terminated | ts.truncated)
+        lives_lost += int(np.sum(ts.terminated & ~ts.game_over))
+        valid = ~ts.game_over
+        first = ts.first
+        obs = ts.observation
         if t == 149:  # before the ring wraps: every slot, from the very first
             slots = np.arange(t + 1)
             for e in range(num_envs):
                 got = np.asarray(rebuild(state, jnp.full_like(slots, e), slots))
                 np.testing.assert_array_equal(got, np.stack(history)[:, e])
+    env.close()
     firsts = np.stack(firsts)
     assert firsts[1:].any(), "no game started mid-run: the test would not test the boundary"
-    if kwargs.get("episodic_life"):
+    if game == "Breakout-v5":
         assert lives_lost > 0
     # after the wrap: every slot whose stack context is still in the ring
     times = np.arange(steps - cap + stack - 1, steps)
     for e in range(num_envs):
         got = np.asarray(rebuild(state, jnp.full_like(times, e), jnp.asarray(times % cap)))
         np.testing.assert_array_equal(got, np.stack(history)[times, e])
-    # and the sampled transitions: observation and next observation as envpool returned them
+    # and the sampled transitions: observation and next observation as the env returned them
     batch, info = jax.tree.map(np.asarray, jitted(replay).sample(state, jax.random.key(0), 256))
     for i in range(256):
         e, t = global_time(info.indices[i], cap, 1, cap, steps)

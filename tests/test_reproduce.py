@@ -56,7 +56,7 @@ def reproduced(tmp_path_factory):
         if name == "full":
             outputs["snapshot"] = {s: snapshot(root / PRESET / "CartPole-v1" / s) for s in SEEDS}
 
-    call("partial", "--seeds", "1", "--frames", "1500")
+    call("partial", "--seeds", "1", "--frames", "1500", "--checkpoint-every", "500")
     call("full", "--seeds", "2", "--frames", "3000")
     call("again", "--seeds", "2", "--frames", "3000")
     return root, outputs
@@ -75,6 +75,9 @@ def test_reproduce_resumes_a_partial_run_and_trains_the_missing_seed(reproduced)
         steps = [r["env_steps"] for r in read_jsonl(run / "metrics.jsonl")]
         assert steps[-1] == 3000
         assert steps == sorted(set(steps))  # resumed records are not duplicated
+    # --checkpoint-every is the run's own setting: the resume checkpoints on its multiples
+    checkpoints = root / PRESET / "CartPole-v1" / "seed0" / "checkpoints"
+    assert sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) == [2500, 3000]
 
 
 def test_reproduce_writes_table_markdown_json_and_plot(reproduced):
@@ -142,7 +145,7 @@ def test_compare_and_reproduce_refuse_another_protocol(reproduced, capsys, tmp_p
         capsys, "compare", str(root), "--out", str(tmp_path), "--reference", "dopamine/dqn"
     )
     assert code == 2 and out == ""
-    assert "'machado_2018'" in err and "'classic'" in err and "not comparable" in err
+    assert "'dopamine_2018'" in err and "'classic'" in err and "not comparable" in err
     assert "Traceback" not in err
     # reproduce refuses before training anything
     code, _, err = run_cli(
@@ -162,7 +165,7 @@ def test_compare_names_what_is_not_a_run(capsys, tmp_path):
     code, _, err = run_cli(capsys, "compare", str(tmp_path))
     assert code == 2 and "no zoo run directory" in err
     code, out, _ = run_cli(capsys, "compare", "--list-series", "dopamine/*")
-    assert code == 0 and "dopamine/dqn_adam_mse" in out and "machado_2018" in out
+    assert code == 0 and "dopamine/dqn_adam_mse" in out and "dopamine_2018" in out
 
 
 def test_games_resolve_from_every_spelling_of_the_reference_tables():

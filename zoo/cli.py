@@ -91,6 +91,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
         preset = spec.load_preset(name)
         print(f"# preset {preset.name}: {_first_sentence(preset.summary)}")
         print(spec.describe(preset), end="")
+        if preset.env is not None and preset.env.protocol:
+            from zoo.envs import get_protocol
+
+            summary = get_protocol(preset.env.protocol).summary()
+            print("".join(f"# {line}\n" for line in summary.splitlines()), end="")
         print("# resolved algorithm:")
         algorithm = spec.algorithm_for(preset)
         print(spec.describe(spec.load_algorithm(algorithm, overrides=overrides)), end="")
@@ -360,6 +365,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             reference=args.reference,
             eval_episodes=args.eval_episodes,
             eval_every=args.eval_every,
+            checkpoint_every=args.checkpoint_every,
             num_envs=args.num_envs,
         )
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
@@ -636,6 +642,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", metavar="SERIES", help="compare with this series instead")
     p.add_argument("--eval-episodes", type=_COUNT, default=10, help="games per evaluation")
     p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
+    p.add_argument(
+        "--checkpoint-every", type=_COUNT, help="transitions between each run's checkpoints"
+    )
     p.add_argument(
         "--num-envs", type=_NUM_ENVS, help="parallel environments (default: the preset's)"
     )

@@ -496,7 +496,22 @@ def _footnotes(comparison: Comparison) -> list[str]:
             f"seed {s}: {_fmt(v)}" for s, v in zip(row.seeds, row.values, strict=True)
         )
         lines.append(f"{what}: {per_seed}" + (f". {row.note}" if row.note else ""))
-    return [*lines, *comparison.notes]
+    return [*lines, *_protocol_notes(comparison), *comparison.notes]
+
+
+def _protocol_notes(comparison: Comparison) -> list[str]:
+    """The named differences of each protocol in the table from its source (docs/protocols.md)."""
+    from zoo.envs import get_protocol
+
+    notes = []
+    for name in sorted({row.protocol for row in comparison.rows}):
+        differences = get_protocol(name).differences
+        if differences:
+            notes.append(
+                f"protocol {name} differs from its source in: {', '.join(differences)} "
+                "(docs/protocols.md)"
+            )
+    return notes
 
 
 def format_table(comparison: Comparison) -> str:

@@ -99,10 +99,11 @@ class Pending(eqx.Module):
     """The step acted on but not yet answered by the environment.
 
     ``valid`` is the replay's slot flag (:class:`~zoo.replay.StepBatch`): whether the
-    observation *starts* a transition, i.e. the step that returned it was neither terminal nor
-    truncated (:func:`starts_transition`). It is not ``TimeStep.valid``, which says whether that
-    step *ended* one: a game's final observation ends a transition but starts none (the next
-    step ignores its action), and the next game's first observation ends none but starts one.
+    observation *starts* a transition, i.e. the step that returned it did not end the game
+    (:func:`starts_transition`; a lost life does not end it). It is not ``TimeStep.valid``,
+    which says whether that step *ended* one: a game's final observation ends a transition but
+    starts none (the next step ignores its action), and the next game's first observation ends
+    none but starts one.
     """
 
     observation: jax.Array
@@ -182,12 +183,13 @@ class LoopConfig:
 def starts_transition(ts: TimeStep) -> Any:
     """``[N]`` bool: whether ``ts.observation`` starts a transition (the replay's ``valid``).
 
-    False exactly on a final observation (``terminated`` or ``truncated``, a lost life
-    included): the environment ignores the action taken there and auto-resets (or, after a
-    lost life, runs its pseudo-step). True after ``reset()`` and on the auto-reset step that
-    returns a new game's first observation, although ``ts.valid`` is False on both.
+    False exactly on a game's final observation (``game_over``: terminal or truncated): the
+    environment ignores the action taken there and auto-resets. True after ``reset()`` and on
+    the auto-reset step that returns a new game's first observation, although ``ts.valid`` is
+    False on both, and after a lost life, although ``ts.terminated`` may be set there: the game
+    goes on from that observation (:mod:`zoo.envs.core`).
     """
-    return ~(ts.terminated | ts.truncated)
+    return ~ts.game_over
 
 
 def make_act(num_actions: int, recurrent: bool, initial_state: Any) -> Callable[..., Any]:

@@ -9,7 +9,8 @@ them. Ids follow ``<origin>/<name>``:
   ``nature_2015``; 200M frames, except ``published/DQN_nature_50M`` at 50M frames).
 - ``dopamine/*``: Dopamine's baseline learning curves (google/dopamine
   ``baselines/atari/data/<game>.json``), one point per iteration of 1M frames, mean/min/max over 5
-  seeds of the *training* return in that iteration (protocol ``machado_2018``, sticky actions).
+  seeds of the *training* return in that iteration (protocol ``dopamine_2018``: sticky actions
+  with the minimal action set, as Dopamine's ``atari_lib.py`` makes its environments).
 - ``atari100k/der``: data-efficient Rainbow on Atari 100k (400k frames); aggregates checked in
   rliable's notebook [V], per-game values recalled [R].
 - ``cleanrl/dqn_cartpole``: CleanRL's documented ``dqn.py`` result on CartPole-v1 (protocol

@@ -126,6 +126,7 @@ def reproduce(
     reference: str | None = None,
     eval_episodes: int = 10,
     eval_every: int | None = None,
+    checkpoint_every: int | None = None,
     num_envs: int | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
@@ -140,6 +141,8 @@ def reproduce(
       run_dir: the folder holding ``<preset>/<game>/seed<k>`` and the comparison files.
       reference: a series id to compare with instead of the preset's (same protocol only).
       eval_episodes, eval_every: evaluation size and cadence (transitions) of each run.
+      checkpoint_every: transitions between each run's checkpoints (default: a fifth of the
+        budget); a long run interrupted loses at most this much.
       num_envs: parallel environments (default: the preset's).
       progress: show each run's progress line on a terminal.
       log: where status lines go.
@@ -191,6 +194,7 @@ def reproduce(
             have = _run_state(path) if is_run else None
             common = dict(
                 eval_every=eval_every,
+                checkpoint_every=checkpoint_every,
                 eval_episodes=eval_episodes,
                 progress=progress,
                 num_envs=num_envs,

@@ -154,6 +154,8 @@ def _provenance(settings: RunSettings, protocol: Any) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "devices": [str(d) for d in jax.devices()],
         "protocol": getattr(protocol, "name", str(protocol)),
+        # every setting, its source's value and the named differences (docs/protocols.md)
+        "protocol_settings": protocol.to_dict() if hasattr(protocol, "to_dict") else None,
         "seed": settings.seed,
         "command": sys.argv,
     }

@@ -10,16 +10,17 @@
     tracker = ze.EpisodeTracker(env.num_envs)   # game returns (unclipped) for logging
     result = ze.evaluate(policy, "Breakout-v5", "nature_2015", episodes=10, seed=1)
 
-- :class:`Protocol` / :func:`get_protocol`: ``nature_2015``, ``machado_2018``, ``atari_100k``,
-  ``classic``, ``minatar`` (see :mod:`zoo.envs.protocols` for each value's source).
+- :class:`Protocol` / :func:`get_protocol`: ``nature_2015``, ``dopamine_2018``, ``machado_2018``,
+  ``atari_100k``, ``r2d2_2019``, ``classic``, ``minatar`` (see :mod:`zoo.envs.protocols` for each
+  value's source, and ``docs/protocols.md`` for every Atari setting beside its source's).
 - :func:`make` → :class:`VectorEnv` (:mod:`zoo.envs.factory` says which backend runs which id).
 - :class:`TimeStep`: ``observation``, ``reward`` (clipped in training), ``raw_reward``,
   ``terminated``, ``truncated``, ``first``, ``game_over``, ``valid``.
 - :func:`evaluate`: exactly ``episodes`` whole games, ε-greedy around a policy.
 - :func:`observation_nbytes`: bytes of one stored frame, to size a replay buffer.
 
-What envpool 1.2.5 does (measured here, and asserted in ``tests/test_envs.py``)
-------------------------------------------------------------------------------
+What envpool 1.2.5 does, and what zoo makes of it (asserted in ``tests/test_envs.py``)
+--------------------------------------------------------------------------------------
 (a) **Autoreset is "next step"** (CartPole-v1): the step where ``terminated`` (or ``truncated``)
     is set returns the true final observation (the pole angle past ±0.2095); the following step
     ignores its action and returns the new episode's first observation with reward 0, both flags
@@ -27,32 +28,32 @@ What envpool 1.2.5 does (measured here, and asserted in ``tests/test_envs.py``)
     ``first=True, valid=False``. The gymnasium adapter uses ``AutoresetMode.NEXT_STEP``, which
     behaves the same.
 
-(b) **Life loss with** ``episodic_life=True`` (Breakout-v5, training under ``nature_2015``): the
-    life-loss step has ``terminated=True``, ``info["lives"]`` already decremented,
-    ``info["terminated"] == 0`` (the game goes on) and its own reward. The next step is a
-    *pseudo-step*: its action is ignored (the same observations follow whatever it is), reward 0,
-    ``terminated``/``truncated`` false, ``info["elapsed_step"]`` *unchanged* (so the
-    ``elapsed_step == 0`` rule does not catch it), lives unchanged, and the ALE ran 1..``noop_max``
-    no-op frames in it (envpool repeats its no-op start after every lost life; dqn_zoo does
-    not). :class:`VectorEnv` reports it as ``valid=False, first=False``. When the last life is
-    lost, ``terminated`` and ``info["terminated"]`` are both set (``game_over``), and the next step
-    starts a new game (``elapsed_step == 0``, ``first=True``).
+(b) **Life loss.** envpool's own ``episodic_life=True`` ends the step that loses a life and then
+    runs a *pseudo-step*: its action is ignored, 1..``noop_max`` no-op frames run, reward 0,
+    ``elapsed_step`` unchanged. Neither dqn_zoo nor Dopamine has such a step, so zoo never sets
+    it: envpool plays whole games, and :class:`VectorEnv` compares ``info["lives"]`` with the
+    previous step's (as dqn_zoo's ``ZeroDiscountOnLifeLoss`` and Dopamine's
+    ``terminal_on_life_loss`` do). Where the protocol's ``life_loss_terminal`` holds (training),
+    the step that loses a life has ``terminated=True`` and ``game_over=False``; the next step is
+    an ordinary one (its action is played, ``valid=True``), so a lost life costs no agent step.
+    Under ``life_loss_resets_stack`` (``atari_100k``, training and evaluation) the observation of
+    that step is also ``first`` and its stack restarts. When the last life is lost,
+    ``terminated`` and ``game_over`` are both set, and the next step starts a new game
+    (``elapsed_step == 0``, ``first=True``, ``valid=False``).
 
-(c) **The frame stack at a game start** holds the game's first frame repeated ``stack`` times (not
-    zeros): after ``reset()`` and on every auto-reset step that starts a game (game over or
-    truncation), ``observation[i, k]`` is the same nonzero frame for every ``k``. The stack is
-    **not** reset at a lost life: the pseudo-step's observation is the previous one shifted by one
-    frame, ``obs_t[:-1] == obs_{t-1}[1:]``, exactly as on any ordinary step. A replay that rebuilds
-    stacks from single stored frames must therefore pad a game's first frames by repeating the
-    game's first frame, and must not cut stacks at life losses (``first`` marks where to pad;
-    ``terminated`` without ``game_over`` does not).
+(c) **The frame stack at a game start.** envpool fills the stack with the game's first frame
+    (after ``reset()`` and on every auto-reset step); dqn_zoo and Dopamine pad with zeros, and so
+    does :class:`VectorEnv`: frames older than the agent's episode (a game, or a life under
+    ``life_loss_resets_stack``) are zeros, ``[0, 0, 0, f₀]``, ``[0, 0, f₀, f₁]``, …. Every other
+    step shifts the stack by one frame, ``obs_t[:-1] == obs_{t-1}[1:]``, a lost life included
+    where the stack is not restarted. The replay rebuilds stacks from single stored frames the
+    same way: zeros before the newest ``first`` slot (``zoo/replay/frames.py``).
 
 (d) **Truncation at the frame cap** (Atari ``max_episode_steps = max_episode_frames /
     frame_skip``, e.g. 27,000 steps = 108,000 frames; CartPole's 500): the step where
     ``info["elapsed_step"]`` reaches ``max_episode_steps`` has ``truncated=True``,
     ``terminated=False``, ``info["terminated"] == 0``, and the true last observation; the next step
-    starts a new game as in (a) and (c). Under episodic life the cap counts agent steps
-    *excluding* life-loss pseudo-steps (``elapsed_step`` does not advance on them).
+    starts a new game as in (a) and (c). The cap counts agent steps.
 
 Other facts found on the way: ``noop_max=N`` draws 1..N no-op frames (checked against the ALE frame
 counter in RAM: 30 distinct counts for N=30, and ``noop_max=1`` gives exactly one), and
@@ -63,9 +64,11 @@ came back in order (:class:`VectorEnv` reorders by it anyway, on the host and in
 
 **XLA**: envpool's XLA interface works with jax 0.10.2 on CPU: a jitted ``lax.scan`` of 10
 ``step`` calls on CartPole-v1 (handle in the carry, after ``env.reset()``) returns the same
-autoreset semantics, and so does a 300-step scan on Breakout-v5.
-:meth:`VectorEnv.xla_timestep` turns each XLA step into the same :class:`TimeStep` as the host
-path; :attr:`VectorEnv.has_xla` says whether the interface works (always False for gymnasium).
+autoreset semantics, and a scan on Breakout-v5 the same :class:`TimeStep` as the host path, step
+for step. :meth:`VectorEnv.xla`'s step returns that :class:`TimeStep` itself; its handle
+(:class:`~zoo.envs.core.XlaHandle`) carries what the rules above remember between steps (the
+previous ``game_over``, the lives, the age of the stack). :attr:`VectorEnv.has_xla` says whether
+the interface works (always False for gymnasium).
 """
 
 from __future__ import annotations
@@ -84,20 +87,24 @@ from zoo.envs.core import (
 from zoo.envs.evaluation import evaluate
 from zoo.envs.factory import EnvironmentInfo, default_protocol, make, resolve_env
 from zoo.envs.protocols import (
+    ASPECTS,
     PROTOCOLS,
     Protocol,
+    SourceSetting,
     UnknownProtocolError,
     get_protocol,
     protocol_names,
 )
 
 __all__ = [
+    "ASPECTS",
     "PROTOCOLS",
     "EnvironmentInfo",
     "Episode",
     "EpisodeTracker",
     "Protocol",
     "ProtocolMismatchError",
+    "SourceSetting",
     "TimeStep",
     "UnknownEnvironmentError",
     "UnknownProtocolError",

@@ -20,16 +20,25 @@ __all__ = ["EnvpoolBackend", "GymnasiumBackend"]
 
 
 def _envpool_raw_step(
-    xp: Any, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any, episodic_life: bool
+    xp: Any, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any
 ) -> RawStep:
-    """envpool's outputs as a :class:`RawStep`, reordered by ``info["env_id"]``."""
+    """envpool's outputs as a :class:`RawStep`, reordered by ``info["env_id"]``.
+
+    envpool runs without ``episodic_life`` here, so ``terminated`` is the real end of a game;
+    lost lives are read from ``info["lives"]`` (zeros for suites without lives).
+    """
     terminated = terminated.astype(bool)
     truncated = truncated.astype(bool)
-    if episodic_life:  # `terminated` includes lost lives; the real game end is info["terminated"]
-        game_over = info["terminated"].astype(bool) | truncated
-    else:
-        game_over = terminated | truncated
-    raw = RawStep(obs, reward, terminated, truncated, info["elapsed_step"] == 0, game_over)
+    lives = info["lives"] if "lives" in info else xp.zeros(terminated.shape, xp.int32)
+    raw = RawStep(
+        obs,
+        reward,
+        terminated,
+        truncated,
+        info["elapsed_step"] == 0,
+        terminated | truncated,
+        lives,
+    )
     env_id = info["env_id"]
     if xp is np:
         if np.array_equal(env_id, np.arange(len(env_id))):
@@ -51,7 +60,6 @@ class EnvpoolBackend:
         num_envs: int,
         seed: int,
         kwargs: Mapping[str, Any],
-        episodic_life: bool,
     ) -> None:
         import envpool
 
@@ -68,7 +76,6 @@ class EnvpoolBackend:
             )
             _check_discrete(self._pool.action_space, env_id, self._pool.close)
             space = self._pool.observation_space
-        self._episodic_life = episodic_life
         self._xla: tuple[Any, Callable, Callable, Callable] | None = None
         self.max_episode_steps: int | None = int(self._pool.spec.config.max_episode_steps)
         self.observation_shape = tuple(space.shape)
@@ -79,13 +86,11 @@ class EnvpoolBackend:
         obs, info = self._pool.reset()
         n = len(info["env_id"])
         zeros = np.zeros(n, bool)
-        return _envpool_raw_step(
-            np, obs, np.zeros(n, np.float32), zeros, zeros, info, self._episodic_life
-        )
+        return _envpool_raw_step(np, obs, np.zeros(n, np.float32), zeros, zeros, info)
 
     def step(self, actions: np.ndarray) -> RawStep:
         obs, reward, terminated, truncated, info = self._pool.step(actions)
-        return _envpool_raw_step(np, obs, reward, terminated, truncated, info, self._episodic_life)
+        return _envpool_raw_step(np, obs, reward, terminated, truncated, info)
 
     def xla(self) -> tuple[Any, Callable, Callable, Callable]:
         if self._xla is None:
@@ -102,7 +107,7 @@ class EnvpoolBackend:
         import jax.numpy as jnp
 
         obs, reward, terminated, truncated, info = output
-        return _envpool_raw_step(jnp, obs, reward, terminated, truncated, info, self._episodic_life)
+        return _envpool_raw_step(jnp, obs, reward, terminated, truncated, info)
 
     def close(self) -> None:
         self._pool.close()
@@ -211,6 +216,7 @@ class GymnasiumBackend:
             flags,
             np.ones(self._num_envs, bool),
             flags,
+            np.zeros(self._num_envs, np.int32),
         )
 
     def step(self, actions: np.ndarray) -> RawStep:
@@ -226,6 +232,7 @@ class GymnasiumBackend:
             truncated,
             first,
             self._done,
+            np.zeros(self._num_envs, np.int32),
         )
 
     def xla(self) -> tuple[Any, Callable, Callable, Callable]:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from zoo.envs.protocols import Protocol as EnvProtocol
 
 __all__ = [
+    "EnvState",
     "Episode",
     "EpisodeTracker",
     "ProtocolMismatchError",
@@ -29,6 +30,7 @@ __all__ = [
     "UnknownEnvironmentError",
     "UnsupportedEnvironmentError",
     "VectorEnv",
+    "XlaHandle",
     "XlaUnavailableError",
     "observation_nbytes",
 ]
@@ -59,18 +61,21 @@ class TimeStep(NamedTuple):
       reward: ``[N]`` float32, clipped to ``±protocol.reward_clip`` when training; 0 on a step
         that is not ``valid``.
       raw_reward: ``[N]`` float32, never clipped (episode returns are computed from it).
-      terminated: ``[N]`` bool, the episode ended in a terminal state (bootstrap with
-        ``1 - terminated``); in training with episodic life this includes each lost life.
+      terminated: ``[N]`` bool, the transition ended in a terminal state (bootstrap with
+        ``1 - terminated``): the game ended, or, in training under a protocol with
+        ``life_loss_terminal``, a life was lost (the game then goes on: see ``game_over``).
       truncated: ``[N]`` bool, the episode was cut by the time limit (the observation is not
         terminal: bootstrap from it).
-      first: ``[N]`` bool, this observation is the first of a *game* (envpool:
-        ``elapsed_step == 0``); not set after a lost life.
-      game_over: ``[N]`` bool, the game really ended (terminal with all lives lost, or
-        truncated); per-game statistics are reported here.
+      first: ``[N]`` bool, this observation starts the agent's episode: its frame stack starts
+        here, zero-padded, and a recurrent core resets here. Set on a game's first observation
+        (envpool: ``elapsed_step == 0``) and, under a protocol with ``life_loss_resets_stack``,
+        on the observation returned by the step that lost a life.
+      game_over: ``[N]`` bool, the game ended (terminal with all lives lost, or truncated):
+        the next step ignores its action and starts a new game. Per-game statistics are
+        reported here.
       valid: ``[N]`` bool, False exactly where ``(previous observation, action, reward,
         observation)`` is not a transition: after ``reset()`` and on the auto-reset step that
-        follows any ``terminated`` or ``truncated`` (including envpool's life-loss pseudo-step).
-        The action of such a step was ignored by the environment.
+        follows ``game_over``. The action of such a step was ignored by the environment.
     """
 
     observation: Any
@@ -84,7 +89,11 @@ class TimeStep(NamedTuple):
 
 
 class RawStep(NamedTuple):
-    """What a backend returns, in env-id order: the :class:`TimeStep` fields it knows itself."""
+    """What a backend returns, in env-id order: the :class:`TimeStep` fields it knows itself.
+
+    ``terminated`` is the real end of a game (never a lost life), ``first`` a game's first
+    observation and ``lives`` the lives left (zeros where the environment has none).
+    """
 
     observation: Any
     reward: Any
@@ -92,26 +101,111 @@ class RawStep(NamedTuple):
     truncated: Any
     first: Any
     game_over: Any
+    lives: Any
 
 
-def finish_timestep(xp: Any, raw: RawStep, prev_done: Any, reward_clip: float | None) -> TimeStep:
-    """A :class:`TimeStep` from a backend's step and the previous step's ``terminated | truncated``.
+class EnvState(NamedTuple):
+    """What :func:`finish_timestep` remembers between steps, per environment (``[N]`` each).
+
+    Attributes:
+      game_over: the previous step ended the game (this step auto-resets and ignores its action).
+      lives: the lives after the previous step.
+      age: agent steps since the agent's episode started (0 on its first observation), capped at
+        ``stack - 1``: the stack's newest ``age + 1`` frames are the episode's, the rest zeros.
+    """
+
+    game_over: Any
+    lives: Any
+    age: Any
+
+
+class TimeStepRules(NamedTuple):
+    """The protocol's rules that turn a :class:`RawStep` into a :class:`TimeStep`.
+
+    Attributes:
+      reward_clip: clip of ``TimeStep.reward`` (``None``: none).
+      life_loss_terminal: a drop in lives sets ``terminated`` (training under such a protocol).
+      life_loss_resets_stack: a drop in lives sets ``first`` and restarts the frame stack.
+      stack: frames stacked along observation axis 0 (1: no stack, nothing to pad).
+    """
+
+    reward_clip: float | None
+    life_loss_terminal: bool
+    life_loss_resets_stack: bool
+    stack: int
+
+
+def state_before_reset(xp: Any, raw: RawStep) -> EnvState:
+    """The :class:`EnvState` to finish a reset's ``raw`` with: as if every game had just ended.
+
+    So the reset's observations are not ``valid`` (they end no transition) and no life counts
+    as lost.
+    """
+    n = raw.reward.shape[0]
+    return EnvState(
+        game_over=xp.ones(n, bool), lives=raw.lives.astype(xp.int32), age=xp.zeros(n, xp.int32)
+    )
+
+
+def finish_timestep(
+    xp: Any, raw: RawStep, state: EnvState, rules: TimeStepRules
+) -> tuple[TimeStep, EnvState]:
+    """A :class:`TimeStep` from a backend's step, and the state for the next one.
 
     ``xp`` is ``numpy`` on the host path and ``jax.numpy`` inside a compiled loop, so both paths
-    share this one definition of ``reward``, ``valid`` and the flag dtypes.
+    share this one definition of ``reward``, ``valid``, the life-loss rules, the zero-padded
+    frame stack and the flag dtypes:
+
+    - ``valid`` is False after the previous step's ``game_over`` (envpool auto-resets).
+    - A life is lost where a valid step drops ``lives`` (dqn_zoo's ``ZeroDiscountOnLifeLoss``
+      and Dopamine's ``terminal_on_life_loss`` compare lives the same way). With
+      ``life_loss_terminal`` that step is ``terminated`` (discount 0) while the game goes on;
+      with ``life_loss_resets_stack`` its observation is ``first`` (unless the game ended).
+    - Frames of the stack older than the agent's episode are zeros (dqn_zoo and Dopamine pad
+      with zeros; envpool repeats the game's first frame).
     """
     raw_reward = raw.reward.astype(xp.float32)
-    reward = raw_reward if reward_clip is None else xp.clip(raw_reward, -reward_clip, reward_clip)
-    return TimeStep(
-        observation=raw.observation,
+    clip = rules.reward_clip
+    reward = raw_reward if clip is None else xp.clip(raw_reward, -clip, clip)
+    valid = xp.logical_not(state.game_over)
+    lives = raw.lives.astype(xp.int32)
+    game_over = raw.game_over.astype(bool)
+    lost = valid & (lives < state.lives)
+    terminated = raw.terminated.astype(bool)
+    first = raw.first.astype(bool)
+    if rules.life_loss_terminal:
+        terminated = terminated | lost
+    if rules.life_loss_resets_stack:
+        first = first | (lost & xp.logical_not(game_over))
+    age = xp.where(first, 0, xp.minimum(state.age + 1, rules.stack - 1)).astype(xp.int32)
+    observation = raw.observation
+    if rules.stack > 1:  # zero the frames older than the agent's episode
+        keep = xp.arange(rules.stack) >= (rules.stack - 1 - age)[:, None]
+        keep = keep.reshape(*keep.shape, *([1] * (observation.ndim - 2)))
+        observation = xp.where(keep, observation, xp.zeros((), observation.dtype))
+    timestep = TimeStep(
+        observation=observation,
         reward=reward,
         raw_reward=raw_reward,
-        terminated=raw.terminated.astype(bool),
+        terminated=terminated,
         truncated=raw.truncated.astype(bool),
-        first=raw.first.astype(bool),
-        game_over=raw.game_over.astype(bool),
-        valid=xp.logical_not(prev_done),
+        first=first,
+        game_over=game_over,
+        valid=valid,
     )
+    return timestep, EnvState(game_over=game_over, lives=lives, age=age)
+
+
+class XlaHandle(NamedTuple):
+    """The handle a compiled loop threads through its carry: envpool's, and the env's state.
+
+    Attributes:
+      handle: envpool's XLA handle.
+      state: the :class:`EnvState` after the latest step.
+    """
+
+    handle: Any
+    state: EnvState
 
 
 class Backend(Protocol):
@@ -138,13 +232,15 @@ class VectorEnv:
     """``num_envs`` environments stepped together, with envpool's "next step" autoreset.
 
     Built by :func:`zoo.envs.make`. The host API is :meth:`reset` and :meth:`step`; a compiled loop
-    uses :meth:`xla` (envpool only) and turns each XLA step into a :class:`TimeStep` with
-    :meth:`xla_timestep`.
+    uses :meth:`xla` (envpool only), whose step returns the same :class:`TimeStep` as the host
+    path. Both apply the protocol's rules (:func:`finish_timestep`): reward clipping in training,
+    the life-loss rules, and frame stacks zero-padded before the agent's episode.
 
     Attributes:
       env_id: the canonical environment id (e.g. ``"Pong-v5"`` for ``"PongNoFrameskip-v4"``).
       protocol: the :class:`~zoo.envs.Protocol` it runs under.
-      training: training settings (episodic life, reward clipping) or evaluation settings.
+      training: training settings (life loss terminal where the protocol says so, clipped
+        rewards) or evaluation settings.
       num_envs: number of environments ``N``.
       seed: the seed the environments were created with.
       backend: ``"envpool"`` or ``"gymnasium"``.
@@ -181,8 +277,13 @@ class VectorEnv:
         self.stack = protocol.stack
         self.is_image = len(self.observation_shape) == 3
         self.max_episode_steps = backend.max_episode_steps
-        self._reward_clip = protocol.training_reward_clip(training)
-        self._prev_done: np.ndarray | None = None
+        self._rules = TimeStepRules(
+            reward_clip=protocol.training_reward_clip(training),
+            life_loss_terminal=protocol.life_loss_terminates(training),
+            life_loss_resets_stack=protocol.life_loss_resets_stack,
+            stack=self.stack if self.is_image else 1,
+        )
+        self._state: EnvState | None = None
         self._closed = False
 
     @property
@@ -193,17 +294,16 @@ class VectorEnv:
     def reset(self) -> TimeStep:
         """Reset every environment; all observations are ``first`` and none is ``valid``."""
         raw = self._backend.reset()
-        timestep = finish_timestep(np, raw, np.ones(self.num_envs, bool), self._reward_clip)
-        self._prev_done = np.zeros(self.num_envs, bool)
+        timestep, self._state = finish_timestep(np, raw, state_before_reset(np, raw), self._rules)
         return timestep
 
     def step(self, actions: np.ndarray) -> TimeStep:
         """Step every environment with ``actions`` (integers, shape ``[num_envs]``).
 
-        An environment whose previous step was terminal or truncated ignores its action and
-        returns its next episode's first observation (``valid`` False, reward 0).
+        An environment whose previous step ended its game (``game_over``) ignores its action and
+        returns its next game's first observation (``valid`` False, reward 0).
         """
-        if self._prev_done is None:
+        if self._state is None:
             raise RuntimeError("call reset() before step()")
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs,):
@@ -215,23 +315,41 @@ class VectorEnv:
                 f"actions must lie in [0, {self.num_actions}), got {actions.min()}..{actions.max()}"
             )
         raw = self._backend.step(actions.astype(np.int32, copy=False))
-        timestep = finish_timestep(np, raw, self._prev_done, self._reward_clip)
-        self._prev_done = timestep.terminated | timestep.truncated
+        timestep, self._state = finish_timestep(np, raw, self._state, self._rules)
         return timestep
 
-    def xla(self) -> tuple[Any, Callable, Callable, Callable]:
+    def xla(self) -> tuple[XlaHandle, Callable, Callable, Callable]:
         """envpool's XLA interface ``(handle, recv, send, step)`` for a compiled loop.
 
         Call :meth:`reset` first (``async_reset`` followed by XLA ``step`` puts observations one
-        action behind). ``step(handle, actions)`` returns ``(handle, (observation, reward,
-        terminated, truncated, info))``; thread ``handle`` through the loop's carry and convert the
-        output with :meth:`xla_timestep`. The host :meth:`step` does not see XLA steps.
+        action behind): the returned ``handle`` is an :class:`XlaHandle`, envpool's handle with
+        the environments' state as the host left it. ``step(handle, actions)`` returns
+        ``(handle, timestep)``: the :class:`TimeStep` (jax arrays) of that step, with the same
+        rules as :meth:`step`. Thread ``handle`` through the loop's carry. ``recv`` and ``send``
+        are envpool's own (raw outputs). The host :meth:`step` does not see XLA steps.
 
         Raises:
           XlaUnavailableError: for the gymnasium adapter, or where envpool's XLA interface fails
             with the installed JAX; the message says why.
         """
-        return self._backend.xla()
+        import jax.numpy as jnp
+
+        handle, recv, send, xla_step = self._backend.xla()
+        backend, rules = self._backend, self._rules
+        if self._state is None:  # before any reset: nothing to remember yet
+            n = self.num_envs
+            state = EnvState(np.zeros(n, bool), np.zeros(n, np.int32), np.zeros(n, np.int32))
+        else:
+            state = self._state
+
+        def step(xla_handle: XlaHandle, actions: Any) -> tuple[XlaHandle, TimeStep]:
+            inner, output = xla_step(xla_handle.handle, actions)
+            raw = backend.xla_raw_step(output)
+            timestep, new_state = finish_timestep(jnp, raw, xla_handle.state, rules)
+            return XlaHandle(inner, new_state), timestep
+
+        start = XlaHandle(handle, EnvState(*(jnp.asarray(x) for x in state)))
+        return start, recv, send, step
 
     @property
     def has_xla(self) -> bool:
@@ -241,24 +359,25 @@ class VectorEnv:
         worked with jax 0.10.2 on CPU.
         """
         try:
-            self.xla()
+            self._backend.xla()
         except XlaUnavailableError:
             return False
         return True
 
-    def xla_timestep(self, output: Any, prev_done: Any) -> TimeStep:
-        """The :class:`TimeStep` (jax arrays) of one XLA ``step`` output.
+    def xla_timestep(self, output: TimeStep, prev_done: Any = None) -> TimeStep:
+        """The :class:`TimeStep` of one XLA ``step``: its output already is one.
 
-        Args:
-          output: the second element of ``step(handle, actions)``.
-          prev_done: ``[N]`` bool, ``terminated | truncated`` of the previous XLA step; all False
-            for the first step after :meth:`reset`.
+        Kept for loops written against envpool's raw outputs: the state that ``valid``, the
+        life-loss rules and the zero-padded stack need travels in the :class:`XlaHandle`, so
+        ``prev_done`` is not used.
         """
-        import jax.numpy as jnp
-
-        return finish_timestep(
-            jnp, self._backend.xla_raw_step(output), jnp.asarray(prev_done), self._reward_clip
-        )
+        del prev_done
+        if not isinstance(output, TimeStep):
+            raise TypeError(
+                "xla_timestep takes the output of the step returned by VectorEnv.xla(), "
+                f"got {type(output).__name__}"
+            )
+        return output
 
     def close(self) -> None:
         """Release the environments (idempotent)."""
@@ -305,9 +424,9 @@ class Episode(NamedTuple):
 class EpisodeTracker:
     """Per-environment *game* returns (from ``raw_reward``) and lengths (in agent steps).
 
-    A game's length counts its ``valid`` steps, so envpool's life-loss pseudo-steps are not
-    counted (envpool's ``elapsed_step`` does not count them either). With episodic life a game
-    spans several training episodes; it finishes on ``game_over``.
+    A game starts on a step that is not ``valid`` (a reset or an auto-reset) and finishes on
+    ``game_over``; its length counts its ``valid`` steps (as envpool's ``elapsed_step``). A lost
+    life does not split it, even where it is terminal or restarts the agent (``first``).
     """
 
     def __init__(self, num_envs: int, window: int = 100) -> None:
@@ -320,10 +439,9 @@ class EpisodeTracker:
 
     def update(self, timestep: TimeStep) -> list[Episode]:
         """Account one vector step; returns the games that finished on it (in env order)."""
-        first = np.asarray(timestep.first)
         valid = np.asarray(timestep.valid)
-        self._returns[first] = 0.0
-        self._lengths[first] = 0
+        self._returns[~valid] = 0.0
+        self._lengths[~valid] = 0
         self._returns += np.where(valid, np.asarray(timestep.raw_reward, np.float64), 0.0)
         self._lengths += valid
         over = np.flatnonzero(np.asarray(timestep.game_over))

@@ -63,9 +63,10 @@ def evaluate(
     """Play exactly ``episodes`` whole games with an ε-greedy ``policy`` and summarise them.
 
     The environments use the protocol's *evaluation* settings (``training=False``): whole games
-    (no episodic life), unclipped rewards, the protocol's no-op starts, sticky actions and frame
-    cap. The evaluator adds ε-greedy exploration around ``policy`` with ``protocol.eval_epsilon``
-    unless ``epsilon`` is given.
+    (a lost life is never terminal; it still restarts the frame stack where the protocol says
+    so), unclipped rewards, the protocol's no-op starts, sticky actions and frame cap. The
+    evaluator adds ε-greedy exploration around ``policy`` with ``protocol.eval_epsilon`` unless
+    ``epsilon`` is given (a run passes its preset's ``schedule.eval_epsilon`` where it sets one).
 
     Which games count, with ``N = num_envs``: environment ``i`` is assigned
     ``episodes // N + (i < episodes % N)`` games fixed in advance, and only its first games up to

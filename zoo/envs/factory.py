@@ -196,8 +196,8 @@ def make(
         MinAtar, ``classic`` otherwise.
       num_envs: environments stepped together.
       seed: seeds the environments (envpool seeds env ``i`` with ``seed + i``; gymnasium likewise).
-      training: the protocol's training settings (episodic life, reward clipping) or its
-        evaluation settings (whole games, unclipped rewards).
+      training: the protocol's training settings (a lost life terminal where the protocol says
+        so, clipped rewards) or its evaluation settings (unclipped rewards).
       backend: ``"auto"``, or force ``"envpool"`` or ``"gymnasium"``.
       env_kwargs: extra keyword arguments of ``envpool.make``/``gymnasium.make``; they override
         the protocol's (e.g. ``{"max_episode_steps": 50}`` for a quick truncation test).
@@ -221,12 +221,14 @@ def make(
         )
     if info.backend == "envpool":
         kwargs = {**resolved.envpool_kwargs(training), **(env_kwargs or {})}
+        if kwargs.get("episodic_life") or kwargs.get("zero_discount_on_life_loss"):
+            raise ValueError(
+                "envpool's episodic_life and zero_discount_on_life_loss are not used: zoo reads "
+                "info['lives'] and applies the protocol's life_loss_terminal and "
+                "life_loss_resets_stack itself (choose a protocol that has them)"
+            )
         env_backend: EnvpoolBackend | GymnasiumBackend = EnvpoolBackend(
-            info.env_id,
-            num_envs=num_envs,
-            seed=seed,
-            kwargs=kwargs,
-            episodic_life=bool(kwargs.get("episodic_life", False)),
+            info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs
         )
     else:
         kwargs = {**resolved.gymnasium_kwargs(training), **(env_kwargs or {})}

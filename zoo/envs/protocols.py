@@ -2,28 +2,38 @@
 
 A :class:`Protocol` is a frozen dataclass with *no defaults*: each registered protocol states every
 field, so a result records exactly what it was run under (``dataclasses.asdict(protocol)``), and
-comparing results across protocols can be refused by name.
-
-Sources (tags as in ``shared/reference/published_hyperparameters.md``: [V] checked in a source
-file, [R] recalled from the paper and not checked here):
+comparing results across protocols can be refused by name. Each Atari protocol also carries
+:attr:`Protocol.source_settings`: every setting beside the value its source uses and the source
+file it was read in, with the remaining differences named (:attr:`Protocol.differences`);
+``docs/protocols.md`` is rendered from them (:func:`zoo.envs.protocol_doc.protocols_markdown`).
+Tags: [V] checked in a source file, [R] recalled from the paper and not checked here.
 
 - ``nature_2015``: Mnih et al. 2015, "Human-level control through deep reinforcement learning",
-  https://doi.org/10.1038/nature14236, as implemented by deepmind/dqn_zoo (``gym_atari.py``,
-  ``dqn/run_atari.py``) [V]: no sticky actions, minimal action set, 1–30 no-op starts in training
-  *and* evaluation, life loss ends training episodes (dqn_zoo: ``zero_discount_on_life_loss``),
-  action repeat 4 with a max over the last two frames, 84×84 gray, stack 4, reward clip ±1,
-  108,000 frames per episode, evaluation ε = 0.05.
+  https://doi.org/10.1038/nature14236, as implemented by deepmind/dqn_zoo@f87bb1f
+  (``dqn_zoo/gym_atari.py``, ``dqn_zoo/processors.py``, ``dqn_zoo/dqn/run_atari.py``) [V]: no
+  sticky actions, minimal action set, 1–30 no-op frames at each game start in training *and*
+  evaluation, a lost life gives discount 0 in training while the game and its frame stack go on
+  (``zero_discount_on_life_loss``), action repeat 4 with a max over the last two frames, 84×84
+  gray, stack 4 zero-padded at a game start, reward clip ±1, 108,000 frames per episode,
+  evaluation ε = 0.05.
+- ``dopamine_2018``: google/dopamine's Atari settings (Castro et al. 2018, "Dopamine: A Research
+  Framework for Deep Reinforcement Learning", https://arxiv.org/abs/1812.06110), which produced
+  its baseline curves (``dopamine/discrete_domains/atari_lib.py``, ``run_experiment.py``,
+  ``dopamine/jax/agents/dqn/configs/dqn.gin``) [V]: sticky actions p = 0.25 (Machado et al.
+  2018) with the game's *minimal* action set (gym's ``NoFrameskip-v0`` and ale_py's
+  ``ALE/<game>-v5`` both register ``full_action_space=False``), no life-loss signal, no no-op
+  starts, action repeat 4, 27,000 agent steps (108,000 frames) per episode, stack 4 zero-padded
+  at a game start, reward clip ±1, evaluation ε = 0.001.
 - ``machado_2018``: Machado et al. 2018, "Revisiting the Arcade Learning Environment",
-  https://doi.org/10.1613/jair.5699, as configured by google/dopamine's JAX agents [V]: sticky
-  actions p = 0.25, full action set of 18, no life-loss signal, no no-op starts, action repeat 4,
-  ``max_steps_per_episode = 27000`` (108,000 frames), reward clip ±1, evaluation ε = 0.001.
+  https://doi.org/10.1613/jair.5699: ``dopamine_2018`` with the *full* action set of 18 that the
+  paper recommends [R]. No reference series was produced with it.
 - ``atari_100k``: the Atari 100k benchmark of Kaiser et al. 2020 ("Model-Based Reinforcement
-  Learning for Atari", https://arxiv.org/abs/1903.00374) as used by data-efficient Rainbow (van
-  Hasselt et al. 2019, "When to use parametric models in reinforcement learning?",
-  https://arxiv.org/abs/1906.05243). Dopamine's ``labs/atari_100k/configs/DER.gin`` [V]: no sticky
-  actions, life loss terminal in training, 27,000 steps per episode, evaluation ε = 0.001. Recalled
-  [R]: the minimal action set and up to 30 no-op starts (the common setting of the Atari-100k code
-  bases, e.g. SPR and CURL); some of them evaluate with ε = 0 instead.
+  Learning for Atari", https://arxiv.org/abs/1903.00374) as run by google/dopamine's
+  ``dopamine/labs/atari_100k`` (``configs/DER.gin``, ``atari_100k_runner.py``,
+  ``atari_100k_rainbow_agent.py``) [V]: no sticky actions, minimal action set, 0–29 no-op agent
+  steps at each game start (zoo: 1–116 no-op frames), a lost life is terminal in training and
+  restarts the agent's frame stack (zero-padded) in training and evaluation while the game goes
+  on, 27,000 agent steps per episode, evaluation ε = 0.001.
 - ``r2d2_2019``: R2D2 (Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed
   Reinforcement Learning", https://openreview.net/forum?id=r1lyTjAqYX) [R]: no frame stack (the
   LSTM carries the history), no life-loss terminal, no sticky actions, no reward clipping (the
@@ -41,25 +51,30 @@ file, [R] recalled from the paper and not checked here):
   no frame skip or stack, no episode cap, rewards are already 0/1 (no clipping). The paper reports
   training returns and has no evaluation ε; greedy evaluation (ε = 0) is this project's choice.
 
-envpool specifics (measured with envpool 1.2.5, see :mod:`zoo.envs`): envpool always max-pools the
-last two of the skipped frames, so every Atari protocol has ``max_pool=True``; envpool's
-``noop_max=N`` performs a uniform 1..N no-op frames at reset, and ``noop_max=0`` crashes it, so a
-protocol without no-op starts (``noop_max=0``) gets envpool's ``noop_max=1``: one fixed no-op frame
-after the ALE reset, which adds no randomness. Rewards are clipped by zoo (``TimeStep.reward``), not
-by envpool, so the unclipped reward stays available.
+envpool specifics (envpool 1.2.5; ``envpool/atari/atari_env.h`` of sail-sg/envpool [V]): envpool
+always max-pools the last two of the skipped frames, so every Atari protocol has
+``max_pool=True``; ``noop_max=N`` performs a uniform 1..N no-op frames after a game's reset, and
+``noop_max=0`` crashes it, so a protocol without no-op starts (``noop_max=0``) gets envpool's
+``noop_max=1``: one fixed no-op frame after the ALE reset, which adds no randomness. envpool's
+``episodic_life`` is never used: it re-runs the no-op start after every lost life as a step whose
+action is dropped; zoo reads ``info["lives"]`` instead and applies the protocol's life-loss rule
+itself (:mod:`zoo.envs.core`). Rewards are clipped by zoo (``TimeStep.reward``), not by envpool, so
+the unclipped reward stays available.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any, Literal
 
 __all__ = [
+    "ASPECTS",
     "PROTOCOLS",
     "Protocol",
+    "SourceSetting",
     "Suite",
     "UnknownProtocolError",
     "get_protocol",
@@ -69,9 +84,60 @@ __all__ = [
 #: The environment families a protocol applies to.
 Suite = Literal["atari", "classic", "minatar"]
 
+#: Named aspects of an Atari protocol that are not fields (what zoo cannot vary), each compared
+#: with the source in :attr:`Protocol.source_settings`.
+ASPECTS: Mapping[str, str] = MappingProxyType(
+    {
+        "game_start_stack": "what the frame stack holds before a game's (or life's) first frames",
+        "frame_preprocessing": "how a frame is grayscaled, pooled and resized",
+        "frame_skip_at_life_loss": "whether the action repeat stops at the frame a life is lost",
+        "truncation": "what the transition cut by the episode cap bootstraps from",
+        "evaluation": "when evaluation happens and what it reports",
+    }
+)
+
+#: The Protocol fields that an Atari protocol's source settings must all cover.
+_ATARI_FIELDS = (
+    "sticky_action_prob",
+    "full_action_set",
+    "noop_max",
+    "life_loss_terminal",
+    "life_loss_resets_stack",
+    "fire_reset",
+    "frame_skip",
+    "max_pool",
+    "frame_shape",
+    "grayscale",
+    "stack",
+    "max_episode_frames",
+    "reward_clip",
+    "eval_epsilon",
+)
+
 
 class UnknownProtocolError(ValueError):
     """An evaluation protocol name that is not registered (with the closest names)."""
+
+
+@dataclass(frozen=True)
+class SourceSetting:
+    """One setting of a protocol beside the value its source uses.
+
+    Attributes:
+      setting: a :class:`Protocol` field, or a named aspect from :data:`ASPECTS`.
+      source_value: what the source does, in words, with the source's own names.
+      source: where it was read: ``owner/repo path`` (or the paper).
+      matches: zoo does the same; False names a remaining difference.
+      verified: [V] read in the source file; False: [R] recalled from the paper.
+      zoo_value: what zoo does, in words; ``None`` renders the field's value.
+    """
+
+    setting: str
+    source_value: str
+    source: str
+    matches: bool = True
+    verified: bool = True
+    zoo_value: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,21 +152,30 @@ class Protocol:
       sticky_action_prob: probability that the previous action repeats at each frame (Machado et
         al. 2018); 0 for none.
       full_action_set: all 18 ALE actions instead of the game's minimal set (for MinAtar: all 6).
-      noop_max: no-op starts: a uniform 1..``noop_max`` no-op frames after each reset; 0 for none.
-      episodic_life_train: a lost life ends the *training* episode (``terminated``); evaluation
-        always plays whole games.
+      noop_max: no-op starts: a uniform 1..``noop_max`` no-op frames after each game's reset (in
+        training and evaluation; not after a lost life); 0 for none.
+      life_loss_terminal: in *training*, a drop in ``lives`` ends the transition as terminal
+        (``TimeStep.terminated``: discount 0) while the game goes on: no reset, no no-ops, and
+        the next observation starts a transition. Evaluation plays whole games either way.
+      life_loss_resets_stack: at a lost life the agent starts afresh, in training and
+        evaluation: the frame stack restarts zero-padded and ``TimeStep.first`` is set (so a
+        recurrent core resets too), as Dopamine's agents do at each life-loss "episode".
       fire_reset: press FIRE after each reset (envpool's ``use_fire_reset``).
       frame_skip: frames per agent step (action repeat); 1 for none.
       max_pool: the observation is the pixel-wise max of the last two skipped frames.
       frame_shape: ``(height, width)`` of each preprocessed frame, or ``None`` for non-pixel suites.
       grayscale: frames are converted to luminance.
-      stack: frames stacked along observation axis 0 (1 for no stacking).
+      stack: frames stacked along observation axis 0 (1 for no stacking); before a game's first
+        frames (and a life's, with ``life_loss_resets_stack``) the stack holds zeros.
       max_episode_frames: a game is truncated after this many *frames* (agent steps × frame skip);
         ``None`` keeps the environment's own time limit.
       reward_clip: the training reward is clipped to ``±reward_clip`` at insertion; ``None`` for no
         clipping. Evaluation returns are always unclipped.
-      eval_epsilon: ε of the ε-greedy evaluation policy.
-      sources: where each value comes from.
+      eval_epsilon: ε of the ε-greedy evaluation policy (a preset's ``schedule.eval_epsilon``
+        overrides it).
+      sources: where the values come from (papers and source trees).
+      source_settings: every setting beside its source's value (Atari protocols; empty
+        otherwise); those that do not match are :attr:`differences`.
     """
 
     name: str
@@ -109,7 +184,8 @@ class Protocol:
     sticky_action_prob: float
     full_action_set: bool
     noop_max: int
-    episodic_life_train: bool
+    life_loss_terminal: bool
+    life_loss_resets_stack: bool
     fire_reset: bool
     frame_skip: int
     max_pool: bool
@@ -120,6 +196,7 @@ class Protocol:
     reward_clip: float | None
     eval_epsilon: float
     sources: tuple[str, ...]
+    source_settings: tuple[SourceSetting, ...]
 
     def __post_init__(self) -> None:
         problems = []
@@ -138,11 +215,24 @@ class Protocol:
                 f"max_episode_frames={self.max_episode_frames} is not a multiple of "
                 f"frame_skip={self.frame_skip}"
             )
+        names = {f.name for f in fields(self)}
+        for entry in self.source_settings:
+            if entry.setting not in names and entry.setting not in ASPECTS:
+                problems.append(
+                    f"source setting {entry.setting!r} is neither a field nor an aspect "
+                    f"({', '.join(ASPECTS)})"
+                )
+            elif entry.setting in ASPECTS and entry.zoo_value is None:
+                problems.append(f"source setting {entry.setting!r} is an aspect: give zoo_value")
         if self.suite == "atari":
             if self.frame_shape is None:
                 problems.append("an Atari protocol needs a frame_shape")
             if not self.max_pool:
                 problems.append("envpool always max-pools the last two frames: max_pool=True")
+            covered = {entry.setting for entry in self.source_settings}
+            missing = [f for f in (*_ATARI_FIELDS, *ASPECTS) if f not in covered]
+            if missing:
+                problems.append(f"no source setting for {', '.join(missing)}")
         elif (
             self.frame_skip != 1
             or self.stack != 1
@@ -150,11 +240,12 @@ class Protocol:
             or self.max_pool
             or self.fire_reset
             or self.noop_max
-            or self.episodic_life_train
+            or self.life_loss_terminal
+            or self.life_loss_resets_stack
         ):
             problems.append(
                 f"a {self.suite!r} protocol has no frame settings: frame_skip=1, stack=1, "
-                "frame_shape=None, max_pool/fire_reset/episodic_life_train False, noop_max=0"
+                "frame_shape=None, max_pool/fire_reset/life-loss settings False, noop_max=0"
             )
         if problems:
             raise ValueError(f"protocol {self.name!r}: " + "; ".join(problems))
@@ -166,9 +257,14 @@ class Protocol:
             return None
         return self.max_episode_frames // self.frame_skip
 
-    def episodic_life(self, training: bool) -> bool:
-        """Whether a lost life ends the episode: in training, where the protocol says so."""
-        return self.episodic_life_train and training
+    @property
+    def differences(self) -> tuple[str, ...]:
+        """The settings (fields or aspects) where zoo does not do what the source does."""
+        return tuple(s.setting for s in self.source_settings if not s.matches)
+
+    def life_loss_terminates(self, training: bool) -> bool:
+        """Whether a lost life ends the transition as terminal: in training, where it says so."""
+        return self.life_loss_terminal and training
 
     def training_reward_clip(self, training: bool) -> float | None:
         """The clip of ``TimeStep.reward``: the protocol's in training, none in evaluation."""
@@ -177,9 +273,14 @@ class Protocol:
     def envpool_kwargs(self, training: bool) -> dict[str, Any]:
         """Keyword arguments of ``envpool.make`` for this protocol, every setting explicit.
 
+        Training and evaluation use the same envpool settings: life loss and reward clipping are
+        applied by :class:`~zoo.envs.VectorEnv` (``training`` is kept for symmetry with
+        :meth:`gymnasium_kwargs`).
+
         Raises:
           ValueError: for a suite that envpool does not run (``minatar``).
         """
+        del training  # envpool's episodic_life is never used (see the module docstring)
         if self.suite == "classic":
             kwargs: dict[str, Any] = {}
             if self.max_episode_steps is not None:
@@ -193,7 +294,7 @@ class Protocol:
             "full_action_space": self.full_action_set,
             # envpool: noop_max=N gives 1..N no-op frames; 0 crashes it (see the module docstring).
             "noop_max": max(self.noop_max, 1),
-            "episodic_life": self.episodic_life(training),
+            "episodic_life": False,  # zoo reads info["lives"] (no pseudo-step after a lost life)
             "zero_discount_on_life_loss": False,
             "use_fire_reset": self.fire_reset,
             "frame_skip": self.frame_skip,
@@ -220,22 +321,390 @@ class Protocol:
         return kwargs
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as plain Python values, for run records."""
-        return asdict(self)
+        """Every field as plain Python values, with :attr:`differences`, for run records."""
+        return {**asdict(self), "differences": list(self.differences)}
+
+    def summary(self) -> str:
+        """A few lines for ``zoo show`` and logs: the settings and the named differences."""
+        frames = "—" if self.frame_shape is None else "×".join(map(str, self.frame_shape))
+        lines = [
+            f"protocol {self.name} ({self.suite}): {self.description}",
+            f"  sticky_action_prob={self.sticky_action_prob} full_action_set={self.full_action_set}"
+            f" noop_max={self.noop_max} life_loss_terminal={self.life_loss_terminal}"
+            f" life_loss_resets_stack={self.life_loss_resets_stack}",
+            f"  frame_skip={self.frame_skip} frame_shape={frames} stack={self.stack}"
+            f" max_episode_frames={self.max_episode_frames} reward_clip={self.reward_clip}"
+            f" eval_epsilon={self.eval_epsilon}",
+        ]
+        if self.differences:
+            lines.append(
+                "  differs from its source in: "
+                + ", ".join(self.differences)
+                + " (docs/protocols.md)"
+            )
+        return "\n".join(lines) + "\n"
 
 
-_DQN_ZOO = "deepmind/dqn_zoo dqn_zoo/gym_atari.py, dqn/run_atari.py [V]"
+# ------------------------------------------------------------------------------ sources
+
+_DQN_ZOO = "deepmind/dqn_zoo@f87bb1f dqn_zoo/"
+_DOPAMINE = "google/dopamine dopamine/"
+_ENVPOOL = "sail-sg/envpool envpool/atari/atari_env.h"
+_ALL_FRAMES = "all 4 frames are played (envpool)"
+_ZERO_PAD_BEFORE = "zeros in the oldest slots: [0, 0, 0, f₀], [0, 0, f₀, f₁], …"
+_ENVPOOL_FRAMES = (
+    "each frame grayscaled with the ALE palette, max over the last two, cv2 INTER_AREA resize "
+    "(envpool use_inter_area_resize)"
+)
+
+
+def _dqn_zoo_settings() -> tuple[SourceSetting, ...]:
+    S = SourceSetting
+    return (
+        S("sticky_action_prob", "0 (repeat_action_probability 0.0)", _DQN_ZOO + "gym_atari.py"),
+        S("full_action_set", "minimal set (full_action_space False)", _DQN_ZOO + "gym_atari.py"),
+        S(
+            "noop_max",
+            "uniform 1–30 no-op frames at each game start, training and evaluation "
+            "(RandomNoopsEnvironmentWrapper min_noop_steps=1, max_noop_steps=30)",
+            _DQN_ZOO + "dqn/run_atari.py, gym_atari.py",
+            zoo_value="uniform 1–30 no-op frames at each game start (envpool noop_max=30)",
+        ),
+        S(
+            "life_loss_terminal",
+            "discount 0 on the step where lives drop; the game and its frame stack go on "
+            "(zero_discount_on_life_loss=True, ZeroDiscountOnLifeLoss)",
+            _DQN_ZOO + "dqn/run_atari.py, processors.py",
+        ),
+        S(
+            "life_loss_resets_stack",
+            "no: the stack (processors.Deque) is reset only with the agent at a game's start",
+            _DQN_ZOO + "processors.py, parts.py (run_loop)",
+        ),
+        S("fire_reset", "no FIRE at reset", _DQN_ZOO + "gym_atari.py"),
+        S("frame_skip", "4 (num_action_repeats)", _DQN_ZOO + "dqn/run_atari.py"),
+        S(
+            "max_pool",
+            "max over the last 2 frames (num_pooled_frames 2)",
+            _DQN_ZOO + "processors.py",
+        ),
+        S(
+            "frame_shape",
+            "84×84 (environment_height, environment_width)",
+            _DQN_ZOO + "dqn/run_atari.py",
+        ),
+        S("grayscale", "yes (grayscaling=True)", _DQN_ZOO + "processors.py"),
+        S("stack", "4 (num_stacked_frames)", _DQN_ZOO + "dqn/run_atari.py"),
+        S(
+            "game_start_stack",
+            "zeros in the newest slots: [f₀, 0, 0, 0], [f₀, f₁, 0, 0], … (Deque, then "
+            "trailing_zero_pad)",
+            _DQN_ZOO + "processors.py (atari)",
+            matches=False,
+            zoo_value=_ZERO_PAD_BEFORE,
+        ),
+        S(
+            "frame_preprocessing",
+            "max over the last two RGB frames, luminance 0.299R + 0.587G + 0.114B (rgb2y), "
+            "PIL bilinear resize",
+            _DQN_ZOO + "processors.py (rgb2y, resize)",
+            matches=False,
+            zoo_value=_ENVPOOL_FRAMES,
+        ),
+        S(
+            "frame_skip_at_life_loss",
+            "all 4 frames are played (lives are only compared)",
+            _DQN_ZOO + "processors.py",
+            zoo_value=_ALL_FRAMES,
+        ),
+        S(
+            "max_episode_frames",
+            "108,000 frames (max_frames_per_episode), then the episode is cut",
+            _DQN_ZOO + "dqn/run_atari.py, parts.py (run_loop)",
+        ),
+        S(
+            "truncation",
+            "the cut transition keeps its discount: bootstraps from the last observation",
+            _DQN_ZOO + "parts.py (run_loop relabels the step LAST)",
+            zoo_value="truncated: bootstraps from the last observation",
+        ),
+        S(
+            "reward_clip",
+            "±1 on the reward summed over the action repeat (max_abs_reward 1)",
+            _DQN_ZOO + "dqn/run_atari.py, processors.py",
+        ),
+        S(
+            "eval_epsilon",
+            "0.05 (eval_exploration_epsilon; each agent's run_atari.py sets its own, and so do "
+            "the presets)",
+            _DQN_ZOO + "dqn/run_atari.py",
+        ),
+        S(
+            "evaluation",
+            "after each 1M-frame iteration, 500,000 frames of evaluation (num_eval_frames); the "
+            "mean return of the games played in them",
+            _DQN_ZOO + "dqn/run_atari.py, parts.py (generate_statistics)",
+            matches=False,
+            zoo_value="--eval-episodes whole games every --eval-every transitions",
+        ),
+    )
+
+
+def _dopamine_settings(full_action_set: bool) -> tuple[SourceSetting, ...]:
+    S = SourceSetting
+    atari_lib = _DOPAMINE + "discrete_domains/atari_lib.py"
+    gin = _DOPAMINE + "jax/agents/dqn/configs/dqn.gin"
+    runner = _DOPAMINE + "discrete_domains/run_experiment.py"
+    actions = S(
+        "full_action_set",
+        "the game's minimal set: gym's <game>NoFrameskip-v0 (until 2024) and ale_py's "
+        "ALE/<game>-v5 (since) both register full_action_space=False",
+        atari_lib + " (create_atari_environment); Farama-Foundation/Arcade-Learning-Environment "
+        "src/ale/python/registration.py",
+    )
+    evaluation = S(
+        "evaluation",
+        "the baseline curves are training returns: the mean return of the games of each "
+        "250,000-step iteration (Runner.training_steps)",
+        gin + ", " + runner,
+        zoo_value="zoo compare reads the training returns of metrics.jsonl for them",
+    )
+    if full_action_set:
+        evaluation = S(
+            "evaluation",
+            "the paper recommends reporting the mean return of the last episodes of training",
+            "Machado et al. 2018, https://doi.org/10.1613/jair.5699",
+            verified=False,
+            zoo_value="zoo compare reads the training returns of metrics.jsonl",
+        )
+        actions = S(
+            "full_action_set",
+            "all 18 actions (the paper's recommendation; Dopamine itself uses the minimal set)",
+            "Machado et al. 2018, https://doi.org/10.1613/jair.5699",
+            verified=False,
+        )
+    return (
+        S(
+            "sticky_action_prob",
+            "0.25 (create_atari_environment.sticky_actions = True)",
+            gin + ", " + atari_lib,
+        ),
+        actions,
+        S(
+            "noop_max",
+            "none: Runner._initialize_episode only resets the game",
+            runner,
+            matches=False,
+            zoo_value="one fixed no-op frame after the reset (envpool noop_max=1; 0 crashes it)",
+        ),
+        S(
+            "life_loss_terminal",
+            "no (AtariPreprocessing terminal_on_life_loss=False)",
+            atari_lib,
+        ),
+        S("life_loss_resets_stack", "no (no life-loss signal)", atari_lib),
+        S("fire_reset", "no FIRE at reset", atari_lib),
+        S("frame_skip", "4 (AtariPreprocessing frame_skip=4)", atari_lib),
+        S("max_pool", "max over the last 2 frames of each repeat", atari_lib),
+        S("frame_shape", "84×84 (screen_size 84)", atari_lib),
+        S("grayscale", "yes (ale.getScreenGrayscale)", atari_lib),
+        S("stack", "4 (NATURE_DQN_STACK_SIZE)", atari_lib),
+        S(
+            "game_start_stack",
+            "zeros in the oldest slots: the state is zero-filled at begin_episode and each frame "
+            "is rolled in at the end",
+            _DOPAMINE + "jax/agents/dqn/dqn_agent.py (_reset_state, _record_observation)",
+            zoo_value=_ZERO_PAD_BEFORE,
+        ),
+        S(
+            "frame_preprocessing",
+            "each frame grayscaled by the ALE, max over the last two, cv2 INTER_AREA resize",
+            atari_lib + " (AtariPreprocessing)",
+            zoo_value=_ENVPOOL_FRAMES,
+        ),
+        S(
+            "frame_skip_at_life_loss",
+            "all 4 frames are played (no life-loss signal)",
+            atari_lib,
+            zoo_value=_ALL_FRAMES,
+        ),
+        S(
+            "max_episode_frames",
+            "27,000 agent steps = 108,000 frames (Runner.max_steps_per_episode)",
+            gin + ", " + runner,
+        ),
+        S(
+            "truncation",
+            "the baseline curves' agents stored the cap's last transition as terminal "
+            "(end_episode stored terminal=True until commit c443e88, January 2021; since, the "
+            "runner passes is_terminal=False)",
+            runner + ", " + _DOPAMINE + "jax/agents/dqn/dqn_agent.py (end_episode)",
+            matches=False,
+            zoo_value="truncated: bootstraps from the last observation",
+        ),
+        S("reward_clip", "±1 (Runner clip_rewards=True)", runner),
+        S("eval_epsilon", "0.001 (JaxDQNAgent.epsilon_eval)", gin),
+        evaluation,
+    )
+
+
+def _atari_100k_settings() -> tuple[SourceSetting, ...]:
+    S = SourceSetting
+    labs = _DOPAMINE + "labs/atari_100k/"
+    atari_lib = _DOPAMINE + "discrete_domains/atari_lib.py"
+    runner = labs + "atari_100k_runner.py"
+    return (
+        S(
+            "sticky_action_prob",
+            "0 (create_atari_environment.sticky_actions = False)",
+            labs + "configs/DER.gin",
+        ),
+        S(
+            "full_action_set",
+            "the game's minimal set (full_action_space=False in the gym/ale_py registration)",
+            atari_lib,
+        ),
+        S(
+            "noop_max",
+            "uniform 0–29 agent steps of action 0 (0, 4, …, 116 frames) at each game start, "
+            "training and evaluation, not counted as steps (DataEfficientAtariRunner "
+            "max_noops=30, _initialize_episode)",
+            runner,
+            matches=False,
+            zoo_value="uniform 1–116 no-op frames at each game start (envpool noop_max=116)",
+        ),
+        S(
+            "life_loss_terminal",
+            "terminal on the step where lives drop; the game goes on "
+            "(AtariPreprocessing.terminal_on_life_loss = True; the runner resets only at "
+            "game_over)",
+            labs + "configs/DER.gin, atari_100k_runner.py (_run_parallel)",
+        ),
+        S(
+            "life_loss_resets_stack",
+            "yes, in training and evaluation: at each lost life the agent's stack is "
+            "zero-filled (reset_one) before the next frame is rolled in",
+            runner + " (_run_parallel), atari_100k_rainbow_agent.py (reset_one)",
+        ),
+        S("fire_reset", "no FIRE at reset", atari_lib),
+        S("frame_skip", "4 (AtariPreprocessing frame_skip=4)", atari_lib),
+        S("max_pool", "max over the last 2 frames of each repeat", atari_lib),
+        S("frame_shape", "84×84 (screen_size 84)", atari_lib),
+        S("grayscale", "yes (ale.getScreenGrayscale)", atari_lib),
+        S("stack", "4 (NATURE_DQN_STACK_SIZE)", atari_lib),
+        S(
+            "game_start_stack",
+            "zeros in the oldest slots, at a game start and after each lost life "
+            "(reset_all/reset_one, _record_observation rolls frames in)",
+            labs + "atari_100k_rainbow_agent.py",
+            zoo_value=_ZERO_PAD_BEFORE,
+        ),
+        S(
+            "frame_preprocessing",
+            "each frame grayscaled by the ALE, max over the last two, cv2 INTER_AREA resize",
+            atari_lib + " (AtariPreprocessing)",
+            zoo_value=_ENVPOOL_FRAMES,
+        ),
+        S(
+            "frame_skip_at_life_loss",
+            "the action repeat stops at the frame the life is lost (AtariPreprocessing.step "
+            "breaks on is_terminal)",
+            atari_lib,
+            matches=False,
+            zoo_value=_ALL_FRAMES,
+        ),
+        S(
+            "max_episode_frames",
+            "27,000 agent steps = 108,000 frames (Runner.max_steps_per_episode)",
+            labs + "configs/DER.gin",
+        ),
+        S(
+            "truncation",
+            "the game ends at the cap as an episode end without a terminal (episode_end; "
+            "Dopamine since commit c443e88, January 2021)",
+            runner + " (_run_parallel)",
+            zoo_value="truncated: bootstraps from the last observation",
+        ),
+        S(
+            "reward_clip",
+            "±1 (Runner clip_rewards=True)",
+            _DOPAMINE + "discrete_domains/run_experiment.py",
+        ),
+        S("eval_epsilon", "0.001 (JaxDQNAgent.epsilon_eval)", labs + "configs/DER.gin"),
+        S(
+            "evaluation",
+            "100 whole games after each 10,000-step iteration, one per environment "
+            "(num_eval_episodes=100, eval_one_to_one); the last iteration's mean is reported",
+            labs + "configs/DER.gin, atari_100k_runner.py (_run_eval_phase)",
+            matches=False,
+            zoo_value="--eval-episodes whole games every --eval-every transitions (use "
+            "--eval-episodes 100)",
+        ),
+    )
+
+
+def _r2d2_settings() -> tuple[SourceSetting, ...]:
+    S = SourceSetting
+    paper = "Kapturowski et al. 2019, https://openreview.net/forum?id=r1lyTjAqYX"
+    acme = "google-deepmind/acme acme/agents/jax/r2d2/config.py"
+    return (
+        S("sticky_action_prob", "0", paper, verified=False),
+        S("full_action_set", "the minimal set", paper, verified=False),
+        S("noop_max", "up to 30 no-op starts", paper, verified=False),
+        S("life_loss_terminal", "no life-loss signal", paper, verified=False),
+        S("life_loss_resets_stack", "no", paper, verified=False),
+        S("fire_reset", "no FIRE at reset", paper, verified=False),
+        S("frame_skip", "4", paper, verified=False),
+        S("max_pool", "max over the last 2 frames", paper, verified=False),
+        S("frame_shape", "84×84", paper, verified=False),
+        S("grayscale", "yes", paper, verified=False),
+        S("stack", "1: the LSTM carries the history", paper, verified=False),
+        S("game_start_stack", "no stack", paper, verified=False, zoo_value="no stack"),
+        S(
+            "frame_preprocessing",
+            "the standard ALE preprocessing",
+            paper,
+            verified=False,
+            zoo_value=_ENVPOOL_FRAMES,
+        ),
+        S(
+            "frame_skip_at_life_loss",
+            "all frames are played",
+            paper,
+            verified=False,
+            zoo_value=_ALL_FRAMES,
+        ),
+        S("max_episode_frames", "108,000 frames (30 minutes)", paper, verified=False),
+        S(
+            "truncation",
+            "not stated",
+            paper,
+            verified=False,
+            zoo_value="truncated: bootstraps from the last observation",
+        ),
+        S("reward_clip", "none: the value rescaling h replaces it (clip_rewards=False)", acme),
+        S("eval_epsilon", "0 (evaluation_epsilon)", acme),
+        S(
+            "evaluation",
+            "not stated",
+            paper,
+            verified=False,
+            zoo_value="--eval-episodes whole games every --eval-every transitions",
+        ),
+    )
+
 
 _PROTOCOLS = (
     Protocol(
         name="nature_2015",
         suite="atari",
-        description="Nature DQN (Mnih et al. 2015) as in dqn_zoo: no-op starts, life loss "
-        "terminal in training, minimal actions, no sticky actions",
+        description="Nature DQN (Mnih et al. 2015) as in dqn_zoo: no-op starts, discount 0 at a "
+        "lost life in training, minimal actions, no sticky actions",
         sticky_action_prob=0.0,
         full_action_set=False,
         noop_max=30,
-        episodic_life_train=True,
+        life_loss_terminal=True,
+        life_loss_resets_stack=False,
         fire_reset=False,
         frame_skip=4,
         max_pool=True,
@@ -245,17 +714,23 @@ _PROTOCOLS = (
         max_episode_frames=108_000,
         reward_clip=1.0,
         eval_epsilon=0.05,
-        sources=("Mnih et al. 2015, https://doi.org/10.1038/nature14236", _DQN_ZOO),
+        sources=(
+            "Mnih et al. 2015, https://doi.org/10.1038/nature14236",
+            "deepmind/dqn_zoo@f87bb1f dqn_zoo/gym_atari.py, processors.py, parts.py, "
+            "dqn/run_atari.py [V]",
+        ),
+        source_settings=_dqn_zoo_settings(),
     ),
     Protocol(
-        name="machado_2018",
+        name="dopamine_2018",
         suite="atari",
-        description="Machado et al. 2018 / Dopamine: sticky actions 0.25, full action set, no "
-        "life-loss signal, no no-op starts",
+        description="google/dopamine's Atari settings (Castro et al. 2018), behind its baseline "
+        "curves: sticky actions 0.25, minimal action set, no life-loss signal, no no-op starts",
         sticky_action_prob=0.25,
-        full_action_set=True,
+        full_action_set=False,
         noop_max=0,
-        episodic_life_train=False,
+        life_loss_terminal=False,
+        life_loss_resets_stack=False,
         fire_reset=False,
         frame_skip=4,
         max_pool=True,
@@ -266,20 +741,48 @@ _PROTOCOLS = (
         reward_clip=1.0,
         eval_epsilon=0.001,
         sources=(
-            "Machado et al. 2018, https://doi.org/10.1613/jair.5699",
-            "google/dopamine dopamine/jax/agents/dqn/configs/dqn.gin (sticky_actions, "
-            "max_steps_per_episode=27000, epsilon_eval=0.001) [V]",
+            "Castro et al. 2018, https://arxiv.org/abs/1812.06110",
+            "google/dopamine dopamine/discrete_domains/atari_lib.py, run_experiment.py, "
+            "dopamine/jax/agents/dqn/configs/dqn.gin, dopamine/jax/agents/dqn/dqn_agent.py [V]",
         ),
+        source_settings=_dopamine_settings(full_action_set=False),
+    ),
+    Protocol(
+        name="machado_2018",
+        suite="atari",
+        description="Machado et al. 2018's recommendations: dopamine_2018 with the full action "
+        "set of 18",
+        sticky_action_prob=0.25,
+        full_action_set=True,
+        noop_max=0,
+        life_loss_terminal=False,
+        life_loss_resets_stack=False,
+        fire_reset=False,
+        frame_skip=4,
+        max_pool=True,
+        frame_shape=(84, 84),
+        grayscale=True,
+        stack=4,
+        max_episode_frames=108_000,
+        reward_clip=1.0,
+        eval_epsilon=0.001,
+        sources=(
+            "Machado et al. 2018, https://doi.org/10.1613/jair.5699 (sticky actions, full "
+            "action set, no life-loss signal [R])",
+            "the rest as google/dopamine's implementation (protocol dopamine_2018) [V]",
+        ),
+        source_settings=_dopamine_settings(full_action_set=True),
     ),
     Protocol(
         name="atari_100k",
         suite="atari",
-        description="Atari 100k (Kaiser et al. 2020) as run by data-efficient Rainbow (van "
-        "Hasselt et al. 2019): no sticky actions, life loss terminal in training",
+        description="Atari 100k (Kaiser et al. 2020) as run by Dopamine's data-efficient "
+        "runner: no sticky actions, life loss terminal in training, stack restarted per life",
         sticky_action_prob=0.0,
-        full_action_set=False,  # [R] the common Atari-100k setting
-        noop_max=30,  # [R] the common Atari-100k setting (SPR, CURL code bases)
-        episodic_life_train=True,
+        full_action_set=False,
+        noop_max=116,
+        life_loss_terminal=True,
+        life_loss_resets_stack=True,
         fire_reset=False,
         frame_skip=4,
         max_pool=True,
@@ -292,10 +795,10 @@ _PROTOCOLS = (
         sources=(
             "Kaiser et al. 2020, https://arxiv.org/abs/1903.00374",
             "van Hasselt et al. 2019, https://arxiv.org/abs/1906.05243",
-            "google/dopamine dopamine/labs/atari_100k/configs/DER.gin (sticky False, "
-            "terminal_on_life_loss True, 27000 steps per episode, epsilon_eval 0.001) [V]",
-            "minimal action set and noop_max 30: recalled [R]",
+            "google/dopamine dopamine/labs/atari_100k/configs/DER.gin, atari_100k_runner.py, "
+            "atari_100k_rainbow_agent.py; dopamine/discrete_domains/atari_lib.py [V]",
         ),
+        source_settings=_atari_100k_settings(),
     ),
     Protocol(
         name="r2d2_2019",
@@ -305,7 +808,8 @@ _PROTOCOLS = (
         sticky_action_prob=0.0,  # [R]
         full_action_set=False,  # [R]
         noop_max=30,  # [R]
-        episodic_life_train=False,  # [R]
+        life_loss_terminal=False,  # [R]
+        life_loss_resets_stack=False,
         fire_reset=False,
         frame_skip=4,
         max_pool=True,
@@ -321,6 +825,7 @@ _PROTOCOLS = (
             "google-deepmind/acme acme/agents/jax/r2d2/config.py (clip_rewards False, "
             "evaluation_epsilon 0) [V]",
         ),
+        source_settings=_r2d2_settings(),
     ),
     Protocol(
         name="classic",
@@ -330,7 +835,8 @@ _PROTOCOLS = (
         sticky_action_prob=0.0,
         full_action_set=False,
         noop_max=0,
-        episodic_life_train=False,
+        life_loss_terminal=False,
+        life_loss_resets_stack=False,
         fire_reset=False,
         frame_skip=1,
         max_pool=False,
@@ -341,6 +847,7 @@ _PROTOCOLS = (
         reward_clip=None,
         eval_epsilon=0.0,
         sources=("the environment's own definition (e.g. CartPole-v1: 500 steps)",),
+        source_settings=(),
     ),
     Protocol(
         name="minatar",
@@ -350,7 +857,8 @@ _PROTOCOLS = (
         sticky_action_prob=0.1,  # [V] MinAtar's Environment default
         full_action_set=True,  # [V] all 6 actions, as Revisiting Rainbow's minatar_env.py
         noop_max=0,
-        episodic_life_train=False,
+        life_loss_terminal=False,
+        life_loss_resets_stack=False,
         fire_reset=False,
         frame_skip=1,
         max_pool=False,
@@ -368,6 +876,7 @@ _PROTOCOLS = (
             "(minatar.Environment(env_name) with its defaults, all num_actions() = 6 actions) [V]; "
             "Configs/*.gin (max_steps_per_episode 1e8: no cap, stack_size 1) [V]",
         ),
+        source_settings=(),
     ),
 )
 

@@ -13,8 +13,9 @@ Slot semantics (env ``e``, slot ``t`` = the ``t``-th vector step that env saw): 
 envpool's next-step autoreset, after a terminal or truncation at slot ``t`` slot ``t + 1`` holds
 the final observation with ``valid`` False (a pseudo-step: its action is ignored; it never starts
 an item but is the bootstrap state of windows ending at ``t``) and slot ``t + 2`` the new game's
-first observation (``first``). After a life loss (episodic life) the pseudo-step has ``first``
-False and the game, and its frame stack, go on.
+first observation (``first``). A lost life has no pseudo-step (``zoo.envs``): where it is
+terminal, slot ``t`` has ``terminated`` and slot ``t + 1`` is ``valid`` (the game goes on); its
+``first`` is set only where the protocol restarts the frame stack there (``atari_100k``).
 
 Items and eligibility. An item starts at slot ``t`` (every slot for transitions, every
 ``period``-th slot for sequences) and reads slots ``[t − stack + 1, t + after]`` (the frame stack

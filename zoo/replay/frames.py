@@ -6,18 +6,17 @@ observation) costs ``2·stack`` times the memory, so the replay stores only the 
 each observation and rebuilds the stack at sample time from the frames of the preceding slots of
 the same env.
 
-What envpool (1.2.5, ``Pong-v5``/``Breakout-v5``, ``env_type="gym"``) puts in the stack, found
-empirically:
+The stack the actor sees is built by :class:`zoo.envs.VectorEnv` (``zoo/envs/core.py``,
+``finish_timestep``) from envpool's: frames older than the agent's episode are zeros, as in
+deepmind/dqn_zoo (``processors.py``) and google/dopamine (``dqn_agent.py`` zero-fills its state at
+``begin_episode``), where envpool would repeat the game's first frame. The episode starts where a
+slot's ``first`` is set: a game's first observation and, under a protocol with
+``life_loss_resets_stack`` (``atari_100k``), the observation after a lost life. Every other step,
+the auto-reset step that returns a game's final observation included, shifts the stack by one
+frame (``o_{t+1}[:-1] == o_t[1:]``).
 
-* at ``reset()`` and at every auto-reset (after a termination *or* a truncation) the stack is the
-  game's first frame repeated, ``[f0, f0, f0, f0]`` (not zeros);
-* every other step, the auto-reset pseudo-step that returns the final observation included,
-  shifts the stack by one frame (``o_{t+1}[:-1] == o_t[1:]``);
-* a life loss with ``episodic_life=True`` does **not** reset the stack: the pseudo-step after it
-  shifts in a new frame and the game goes on.
-
-So the rebuild never crosses the start of a *game* (``first``): frames of slots before the
-game's first slot are replaced by the first slot's frame.
+So the rebuild never crosses the start of an episode (``first``): frames of slots before the
+episode's first slot are zeros.
 """
 
 from __future__ import annotations
@@ -35,15 +34,15 @@ def stacked_frames(frames: Array, first: Array, env: Array, slot: Array, stack: 
 
     Args:
       frames: ``[N, C, *frame_shape]`` stored frames (the full observation when ``stack == 1``).
-      first: ``[N, C]`` game-start flags.
+      first: ``[N, C]`` episode-start flags (``TimeStep.first``).
       env: int array of env indices, any shape ``S``.
       slot: int array of physical slots, shape ``S``.
       stack: frames per observation.
 
     Returns:
       ``[*S, stack, *frame_shape]`` (``[*S, *frame_shape]`` when ``stack == 1``), oldest frame
-      first. The caller guarantees that slots ``slot − stack + 1 … slot`` hold the right steps
-      (the eligibility rule of the replay).
+      first, zeros before the episode's first frame. The caller guarantees that slots
+      ``slot − stack + 1 … slot`` hold the right steps (the eligibility rule of the replay).
     """
     if stack == 1:
         return frames[env, slot]
@@ -51,10 +50,13 @@ def stacked_frames(frames: Array, first: Array, env: Array, slot: Array, stack: 
     env = env[..., None]
     # offsets back in time, oldest first: stack-1, ..., 1, 0
     offsets = jnp.arange(stack - 1, -1, -1, dtype=slot.dtype)
-    # game starts among the newest stack-1 slots (a start at the oldest slot changes nothing)
+    # episode starts among the newest stack-1 slots (a start at the oldest slot changes nothing)
     back = jnp.arange(stack - 1, dtype=slot.dtype)
     starts = first[env, jnp.remainder(slot[..., None] - back, capacity)]
-    # offset of the newest game start; frames older than it repeat its frame
+    # offset of the newest episode start; frames older than it are zeros
     limit = jnp.where(jnp.any(starts, axis=-1), jnp.argmax(starts, axis=-1), stack - 1)
+    inside = offsets <= limit[..., None].astype(slot.dtype)
     offsets = jnp.minimum(offsets, limit[..., None].astype(slot.dtype))
-    return frames[env, jnp.remainder(slot[..., None] - offsets, capacity)]
+    gathered = frames[env, jnp.remainder(slot[..., None] - offsets, capacity)]
+    inside = inside.reshape(*inside.shape, *([1] * (gathered.ndim - inside.ndim)))
+    return jnp.where(inside, gathered, jnp.zeros((), gathered.dtype))

@@ -10,12 +10,12 @@ A sample is a :class:`zoo.SequenceBatch`, batch-major ``[B, L, ...]``, with
 ``discount = 1 − terminated`` per step (the loss multiplies by γ) and episode ends handled like
 the reference's zero padding (Acme's sequence adder pads past an episode's end with zeros):
 
-* the pseudo-step after any terminal or truncation (``valid`` False) gets mask 0, discount 0 and
-  reward 0 but keeps its observation, the final observation;
-* after a *game* ends inside the window (a later slot with ``first``), every step of the new game
-  gets mask 0, reward 0, discount 0, action 0 and a zero observation;
-* a life-loss pseudo-step (not followed by ``first``) is masked alone: the game's following steps
-  keep mask 1 and the core state unrolls through.
+* the pseudo-step after a game's end (``valid`` False) gets mask 0, discount 0 and reward 0 but
+  keeps its observation, the final observation;
+* after an episode ends inside the window (a later slot with ``first``), every step of the new
+  one gets mask 0, reward 0, discount 0, action 0 and a zero observation;
+* a terminal lost life without ``first`` (``nature_2015``) has discount 0 at its step; the game's
+  following steps keep mask 1 and the core state unrolls through.
 
 Limitation: because the pseudo-step carries discount 0, a truncation inside a sequence acts as a
 terminal for every n-step target that spans the pseudo-step (only the 1-step target at the

@@ -27,11 +27,13 @@ class StepBatch(NamedTuple):
         image envs; the replay keeps only its newest frame ``observation[:, -1]``).
       action: ``[N]`` int the action taken.
       reward: ``[N]`` the reward, already clipped by the protocol where it clips.
-      terminated: ``[N]`` bool, the step ended the episode (or a life, with episodic life).
+      terminated: ``[N]`` bool, the step ended the episode (or a life, where the protocol makes
+        a lost life terminal).
       truncated: ``[N]`` bool, the step hit a time limit.
-      first: ``[N]`` bool, ``observation`` is the first of a *game* (not after a life loss).
-      valid: ``[N]`` bool, False for envpool's auto-reset pseudo-step after any terminal or
-        truncation (whose observation is the final one and whose action the env ignores).
+      first: ``[N]`` bool, ``observation`` starts the agent's episode (``TimeStep.first``): a
+        game's first, or a life's where the protocol restarts the frame stack there.
+      valid: ``[N]`` bool, False for envpool's auto-reset pseudo-step after a game's end
+        (whose observation is the final one and whose action the env ignores).
       core_state: recurrent actor state *before* acting at ``observation``, leaves with leading
         axis ``N``; ``None`` for feed-forward agents.
     """
