@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -268,6 +269,19 @@ def test_a_replay_larger_than_the_budget_is_noted(tmp_path, capsys):
         "ε is still 0.90 at its end, so the agent acts mostly at random" in err
     )
     assert "--set schedule.epsilon.steps=2500" in err
+
+
+def test_a_presets_run_is_named_after_the_preset(tmp_path, monkeypatch):
+    # a run of the preset dqn_cartpole was named runs/dqn-CartPole-v1-..., like a run of dqn
+    import zoo
+
+    monkeypatch.chdir(tmp_path)
+    for algorithm, name in (("dqn_cartpole", "dqn_cartpole"), ("dqn", "dqn")):
+        with pytest.raises(AbortedError) as started:
+            zoo.train(algorithm, total_env_steps=60_000, progress=False, on_start=abort)
+        path = started.value.args[0]
+        assert path.parent == Path("runs")
+        assert re.fullmatch(rf"{name}-CartPole-v1-s0-\d{{8}}-\d{{6}}", path.name), path
 
 
 def test_a_preset_whose_exploration_fits_its_budget_gets_no_note(tmp_path, capsys):

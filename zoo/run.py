@@ -641,8 +641,10 @@ def _note_capacity(spec: AlgorithmSpec, settings: RunSettings) -> None:
 
 
 def _default_run_dir(spec: AlgorithmSpec, settings: RunSettings) -> Path:
+    """``runs/<preset or algorithm>-<env>-s<seed>-<time>``: a preset's run is named after the
+    preset (``dqn_adam_mse``), not its catalogue algorithm (``dqn``), so runs of both differ."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = rundir.safe_component(spec.name or "custom", fallback="custom")
+    name = rundir.safe_component(settings.preset or spec.name or "custom", fallback="custom")
     env = rundir.safe_component(settings.env, fallback="env")
     return Path("runs") / f"{name}-{env}-s{settings.seed}-{stamp}"
 
