@@ -239,8 +239,8 @@ def test_show_says_when_an_entry_is_the_installed_copy(installed: Path, tmp_path
     assert "here differs from it" not in result.stdout and "pip install -e ." in result.stdout
     # a preset sharing a catalogue name: shown by name, not by a path into site-packages
     result = run_installed(installed, "show", "mdqn", cwd=clone)
-    assert "# 'mdqn' is also a preset (a paper's settings): zoo show --preset mdqn" in result.stdout
-    result = run_installed(installed, "show", "--preset", "mdqn", cwd=clone)
+    assert "# 'mdqn' is also a preset (a paper's settings): zoo show preset:mdqn" in result.stdout
+    result = run_installed(installed, "show", "preset:mdqn", cwd=clone)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("# preset mdqn: ")
     preset = installed / "zoo" / "_data" / "presets" / "mdqn.yaml"
@@ -248,18 +248,14 @@ def test_show_says_when_an_entry_is_the_installed_copy(installed: Path, tmp_path
     assert "edits to a clone's presets take effect with an editable install" in result.stdout
 
 
-def test_train_preset_trains_the_preset_not_the_catalogue_entry(tmp_path: Path) -> None:
-    # `zoo train mdqn` is the catalogue entry; the paper's settings needed a path into the clone
-    # or site-packages. The preset's Atari protocol shows which one was taken.
+def test_train_preset_prefix_trains_the_preset_not_the_catalogue_entry(tmp_path: Path) -> None:
+    # `zoo train mdqn` is the catalogue entry; `preset:mdqn` the paper's settings, whose Atari
+    # protocol shows which one was taken (from any folder: no path into a clone needed)
     protocol = zoo.load_preset("mdqn").env.protocol
-    result = run_zoo("train", "--preset", "mdqn", "--env", "CartPole-v1", cwd=tmp_path)
+    result = run_zoo("train", "preset:mdqn", "--env", "CartPole-v1", cwd=tmp_path)
     assert result.returncode == 2
     assert f"protocol '{protocol}' is for atari environments" in result.stderr
     assert_no_traceback(result)
-    result = run_zoo("train", "--preset", "mdqnn", cwd=tmp_path)
-    assert (
-        result.returncode == 2 and "unknown preset 'mdqnn'; did you mean 'mdqn'?" in result.stderr
-    )
     assert list(tmp_path.iterdir()) == []
 
 

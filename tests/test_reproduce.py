@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import zoo
 from zoo import cli
 from zoo.metrics import read_jsonl
 
@@ -175,18 +174,3 @@ def test_games_resolve_from_every_spelling_of_the_reference_tables():
     assert game_env_id("ms_pacman") == "MsPacman-v5"
     assert game_env_id("PongNoFrameskip-v4") == "Pong-v5"
     assert game_env_id("CartPole-v1") == "CartPole-v1"
-
-
-@pytest.mark.parametrize("name", ["mdqn", "c51", "rainbow", "qr_dqn", "der"])
-def test_a_preset_sharing_a_catalogue_name_is_trained_as_the_preset(name):
-    # `zoo reproduce mdqn` handed "mdqn" to train(), which took the catalogue entry: no paper
-    # hyperparameters, and the default Atari protocol instead of the preset's
-    from zoo import run
-    from zoo.reproduce import preset_ref
-
-    preset = zoo.load_preset(name)
-    spec, preset_name, defaults = run._resolve(preset_ref(name), None)
-    assert preset_name == name
-    assert defaults["protocol"] == preset.env.protocol
-    assert spec == zoo.spec.algorithm_for(preset)
-    assert preset_ref("dqn_cartpole") == "dqn_cartpole"  # not shared: its name is enough

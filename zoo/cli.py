@@ -1,7 +1,7 @@
 """The ``zoo`` command.
 
     zoo list [algorithms|presets|components] [PATTERN]
-    zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...] [--preset]
+    zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...]
     zoo validate FILE...
     zoo train ALGORITHM|PRESET|FILE [--env ID] [--steps N] [--seed S] [--set KEY=VALUE ...]
               [--run-dir DIR] [--resume DIR [--restart]] [--progress WHEN] ...
@@ -85,49 +85,25 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     overrides = spec.parse_overrides(args.set or [])
     name = args.name
-    if args.preset or spec.is_preset(name):
-        if args.preset and not spec._looks_like_path(name):
-            name = str(_shipped_preset(name))
+    if spec.is_preset(name):
         preset = spec.load_preset(name)
         print(f"# preset {preset.name}: {_first_sentence(preset.summary)}")
         print(spec.describe(preset), end="")
-        if preset.env is not None and preset.env.protocol:
-            from zoo.envs import get_protocol
-
-            summary = get_protocol(preset.env.protocol).summary()
-            print("".join(f"# {line}\n" for line in summary.splitlines()), end="")
         print("# resolved algorithm:")
         algorithm = spec.algorithm_for(preset)
         print(spec.describe(spec.load_algorithm(algorithm, overrides=overrides)), end="")
-        if not spec._looks_like_path(args.name):
-            _installed_hint(spec.presets_dir() / f"{args.name}.yaml", "presets")
+        shipped = name.removeprefix(spec.PRESET_PREFIX)
+        if not spec._looks_like_path(shipped):
+            _installed_hint(spec.presets_dir() / f"{shipped}.yaml", "presets")
         return 0
     print(spec.describe(spec.load_algorithm(name, overrides=overrides)), end="")
     if name in spec.preset_names():
-        print(f"# {name!r} is also a preset (a paper's settings): zoo show --preset {name}")
+        print(
+            f"# {name!r} is also a preset (a paper's settings): zoo show {spec.PRESET_PREFIX}{name}"
+        )
     if not spec._looks_like_path(name):
         _installed_hint(spec.catalogue_path(), "algorithms.yaml")
     return 0
-
-
-def _shipped_preset(name: str) -> Path:
-    """The file of the shipped preset ``name`` (a SpecError with the closest names if none)."""
-    path = spec.presets_dir() / f"{name}.yaml"
-    if not path.is_file():
-        hint = registry.suggest(name, spec.preset_names())
-        raise spec.SpecError(
-            [
-                spec.Problem(
-                    "presets/",
-                    None,
-                    "",
-                    f"unknown preset {name!r}"
-                    + (f"; did you mean {hint!r}?" if hint else "")
-                    + " (`zoo list presets` shows them all)",
-                )
-            ]
-        )
-    return path
 
 
 def _installed(path: Path) -> bool:
@@ -190,16 +166,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.algorithm is None and args.resume is None:
         print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
         return EXIT_SPEC_ERROR
-    algorithm = args.algorithm
-    if args.preset:
-        if algorithm is None:
-            print("zoo train: --preset needs a preset name", file=sys.stderr)
-            return EXIT_SPEC_ERROR
-        if not spec._looks_like_path(algorithm):
-            algorithm = str(_shipped_preset(algorithm))
     try:
         result = train(
-            algorithm,
+            args.algorithm,
             env=args.env,
             total_env_steps=args.steps,
             seed=args.seed,
@@ -367,6 +336,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             eval_every=args.eval_every,
             checkpoint_every=args.checkpoint_every,
             num_envs=args.num_envs,
+            overrides=spec.parse_overrides(args.set or []),
         )
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
         return _reference_error("reproduce", e)
@@ -516,11 +486,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="dotted override, e.g. loss.n_step=3"
     )
-    p.add_argument(
-        "--preset",
-        action="store_true",
-        help="NAME is a shipped preset (for presets that share a catalogue name, e.g. mdqn)",
-    )
     p.set_defaults(func=_cmd_show)
 
     p = sub.add_parser("validate", help="check YAML files of algorithms or presets")
@@ -529,12 +494,6 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train an algorithm or preset; writes a run directory")
     p.add_argument("algorithm", nargs="?", help="catalogue name, preset, FILE.yaml[:ENTRY]")
-    p.add_argument(
-        "--preset",
-        action="store_true",
-        help="ALGORITHM names a shipped preset (for presets that share a catalogue name: "
-        "`zoo train --preset mdqn` trains the paper's settings, `zoo train mdqn` the entry)",
-    )
     p.add_argument("--env", help="environment id (default: the preset's, else CartPole-v1)")
     p.add_argument(
         "--steps",
@@ -644,6 +603,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
     p.add_argument(
         "--checkpoint-every", type=_COUNT, help="transitions between each run's checkpoints"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="dotted override of the preset for new runs, e.g. replay.capacity=400000 (recorded "
+        "in each run's spec; comparisons note the runs that differ from the preset)",
     )
     p.add_argument(
         "--num-envs", type=_NUM_ENVS, help="parallel environments (default: the preset's)"
