@@ -111,7 +111,9 @@ def test_training_lines_in_a_log_carry_rate_eta_and_the_latest_return() -> None:
     ]
     assert "return - (no game finished yet)" in lines[1]
     for line in lines[1:4]:
-        assert re.search(r" [\d,]+ env steps/s  [\d,]+ updates/s  ETA (\d+s|\?)  return ", line)
+        assert re.search(
+            r" [\d,]+ env steps/s  [\d,]+ updates/s  \d+s elapsed, ETA (\d+s|\?)  return ", line
+        )
     assert "return 13.0 (last 2 games)" in lines[2]
     assert re.fullmatch(
         r"\[100%\] 1,000/1,000 env steps in \d+s  return 13\.0 \(last 2 games\)", lines[4]

@@ -264,7 +264,7 @@ class Progress:
     (or every N% of the budget), so that a run under ``nohup``, a scheduler or CI says how it is
     doing while it runs. A line::
 
-        [ 12%] 12,000/100,000 env steps  610 env steps/s  305 updates/s  ETA 2m24s
+        [ 12%] 12,000/100,000 env steps  610 env steps/s  305 updates/s  20s elapsed, ETA 2m24s
         return 45.2 (last 20 games)
 
     (one line in the output). Rates are over the time since the previous line; the ETA uses the
@@ -383,10 +383,12 @@ class Progress:
                 f"[{100 * frac:3.0f}%] {env_steps:,}/{self.total:,} env steps in "
                 f"{format_duration(elapsed)}  return {recent}"
             )
+        elapsed = time.perf_counter() - self._first[0] if self._first else math.nan
         return (
             f"[{100 * frac:3.0f}%] {env_steps:,}/{self.total:,} env steps  "
             f"{env_rate:,.0f} env steps/s  {update_rate:,.0f} updates/s  "
-            f"ETA {format_duration(self.eta(env_steps))}  return {recent}"
+            f"{format_duration(elapsed)} elapsed, ETA {format_duration(self.eta(env_steps))}  "
+            f"return {recent}"
         )
 
     def _write(self, text: str) -> None:
