@@ -257,6 +257,7 @@ def test_a_short_evaluation_is_quiet_until_it_ends() -> None:
 # --------------------------------------------------------------------- a logged run, end to end
 
 
+@pytest.mark.slow  # a real run and a real `zoo eval` in subprocesses (15-70 s by the load)
 def test_a_run_writing_to_a_file_shows_progress_and_every_evaluation(tmp_path: Path) -> None:
     log_path = tmp_path / "train.log"
     environ = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
@@ -314,3 +315,19 @@ def test_a_run_writing_to_a_file_shows_progress_and_every_evaluation(tmp_path: P
         )
         assert summary in text
     assert "curves: tensorboard --logdir " in result.stdout
+    # zoo eval shows the same progress
+    result = subprocess.run(
+        [sys.executable, "-m", "zoo.cli", "eval", str(run), "--episodes", "2", "--progress", "50%"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"zoo eval {run}: playing 2 games of CartPole-v1 (protocol classic, ε 0)" in result.stderr
+    )
+    assert f"zoo eval {run}: 1/2 games" in result.stderr
+    assert f"zoo eval {run}: 2/2 games" in result.stderr
+    assert "over 2 games under protocol classic" in result.stdout
