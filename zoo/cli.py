@@ -71,7 +71,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         ]
     else:
         rows = [
-            (f"{e.axis}/{e.name}", _plain(e.summary)) for e in registry.list_components(pattern)
+            (
+                f"{e.axis}/{e.name}",
+                _plain(e.summary) or "(no summary: its function has no docstring)",
+            )
+            for e in registry.list_components(pattern)
         ]
     width = max((len(name) for name, _ in rows), default=0)
     for name, text in rows:
