@@ -93,6 +93,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
         preset = spec.load_preset(name)
         print(f"# preset {preset.name}: {_first_sentence(preset.summary)}")
         print(spec.describe(preset), end="")
+        if preset.env is not None and preset.env.protocol:
+            from zoo.envs import get_protocol
+
+            summary = get_protocol(preset.env.protocol).summary()
+            print("".join(f"# {line}\n" for line in summary.splitlines()), end="")
         print("# resolved algorithm:")
         algorithm = spec.algorithm_for(preset)
         print(spec.describe(spec.load_algorithm(algorithm, overrides=overrides)), end="")
