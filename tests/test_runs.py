@@ -289,3 +289,27 @@ def test_unknown_environment_is_a_clear_error(tmp_path):
     assert process.returncode == 2  # refused before anything was written
     assert "CartPole-v1" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+class _StartedError(Exception):
+    """Raised by ``on_start``: the run was set up; stop before training."""
+
+
+def _stop(path: Path) -> None:
+    raise _StartedError(path)
+
+
+def test_resuming_a_run_stopped_at_its_return_target_says_it_continues(tmp_path, capsys):
+    # `zoo train --resume` of the Quick start's run (stopped at --stop-at-return 475) trained on
+    # without a word about why a "finished" run started again
+    run = tmp_path / "early"
+    result = quick_train(run, steps=1200, eval_every=400, stop_at_return=0.0)
+    assert result.env_steps == 400 and not result.interrupted
+    capsys.readouterr()
+    with pytest.raises(_StartedError):
+        zoo.train(resume=run, progress=False, on_start=_stop)
+    err = capsys.readouterr().err
+    assert (
+        f"zoo: {run} stopped at env step 400 when an evaluation reached its --stop-at-return 0; "
+        "resuming toward its budget of 1,200 env steps" in err
+    )

@@ -476,6 +476,8 @@ def _train(
                     f"{records}; start it over from scratch, with its own spec and settings, "
                     f"with: zoo train --resume {run_path} --restart"
                 )
+            else:
+                _note_early_stop(run_path, settings)
         except BaseException:
             lock.release()
             raise
@@ -547,6 +549,23 @@ def _already_finished(run_path: Path, settings: RunSettings) -> RunResult | None
             e for e in read_jsonl(run_path / "eval.jsonl") if e.get("env_steps", 0) <= step
         ],
     )
+
+
+def _note_early_stop(run_path: Path, settings: RunSettings) -> None:
+    """Say that a resume continues a run that stopped at its return target before its budget
+    (it trains on, and stops again at the next evaluation that reaches the target)."""
+    stops = [e for e in rundir.read_history(run_path) if e.get("event") == "stopped"]
+    target = settings.stop_at_return
+    if target is None or not stops or stops[-1].get("status") != "finished":
+        return
+    at = stops[-1].get("env_steps")
+    if isinstance(at, int) and at < settings.total_env_steps:
+        _say(
+            f"{run_path} stopped at env step {at:,} when an evaluation reached its "
+            f"--stop-at-return {target:g}; resuming toward its budget of "
+            f"{settings.total_env_steps:,} env steps (it stops again at the next evaluation "
+            "that reaches the target)"
+        )
 
 
 def _new_settings(
