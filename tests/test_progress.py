@@ -73,6 +73,9 @@ def test_a_typo_in_the_environment_variable_never_stops_a_run(monkeypatch) -> No
     log = io.StringIO()
     assert Progress(100, stream=log).mode == ProgressMode("seconds", 30.0)
     assert f"zoo: {PROGRESS_VARIABLE}: progress 'evry 30s' is not understood" in log.getvalue()
+    again = io.StringIO()  # said once, not at every evaluation
+    assert EvaluationProgress("evaluation", stream=again).mode == ProgressMode("seconds", 30.0)
+    assert again.getvalue() == ""
 
 
 def test_format_duration() -> None:

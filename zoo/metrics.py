@@ -160,6 +160,10 @@ PROGRESS_VARIABLE = "ZOO_PROGRESS"
 DEFAULT_LINE_SECONDS = 30.0
 
 
+#: ``ZOO_PROGRESS`` values already reported as not understood (said once per process).
+_WARNED: set[str | None] = set()
+
+
 class ProgressModeError(ValueError):
     """A ``ZOO_PROGRESS`` / ``--progress`` value that is not understood."""
 
@@ -176,7 +180,8 @@ class ProgressMode:
     - ``10%``: a new line at every 10% of the training budget (of the games, in an evaluation);
     - ``off``: nothing.
 
-    A run's first and last lines are written in every mode but ``off``.
+    Written as lines (periods and shares), a run's first line (training started) and last line
+    (its total time) are written whatever the cadence.
     """
 
     kind: Literal["off", "bar", "seconds", "percent"]
@@ -212,10 +217,12 @@ class ProgressMode:
     def from_environment(cls, stream: TextIO | None = None) -> ProgressMode:
         """The mode ``ZOO_PROGRESS`` asks for (``auto`` when unset; ``auto``, with a note on
         ``stream``, when it is not understood: a typo never stops a run)."""
+        text = os.environ.get(PROGRESS_VARIABLE)
         try:
-            return cls.parse(os.environ.get(PROGRESS_VARIABLE), stream)
+            return cls.parse(text, stream)
         except ProgressModeError as e:
-            if stream is not None:
+            if stream is not None and text not in _WARNED:
+                _WARNED.add(text)
                 stream.write(f"zoo: {PROGRESS_VARIABLE}: {e}; showing progress as auto\n")
             return cls.parse("auto", stream)
 
@@ -229,7 +236,7 @@ class ProgressMode:
         return cls.parse(mode, stream)
 
     def describe(self) -> str:
-        """``every 30s``, ``every 10%``, ``redrawn``, ``off``."""
+        """``a line every 30s``, ``a line every 10%``, ``redrawn in place`` or ``off``."""
         if self.kind == "seconds":
             return f"a line every {format_duration(self.value)}"
         if self.kind == "percent":
