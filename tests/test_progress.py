@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -334,3 +335,41 @@ def test_a_run_writing_to_a_file_shows_progress_and_every_evaluation(tmp_path: P
     assert f"zoo eval {run}: 1/2 games" in result.stderr
     assert f"zoo eval {run}: 2/2 games" in result.stderr
     assert "over 2 games under protocol classic" in result.stdout
+
+
+@pytest.mark.slow  # an Atari run in a subprocess (a Nature CNN compiles in 20-60 s)
+def test_ctrl_c_during_a_long_evaluation_is_answered_at_once(tmp_path: Path) -> None:
+    # Ctrl-C during an Atari evaluation (minutes of games to the step cap) seemed ignored: the
+    # run stops only once the evaluation ends
+    environ = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    run = tmp_path / "run"
+    args = [
+        "train", "dqn", "--env", "Breakout-v5", "--steps", "40", "--eval-every", "40",
+        "--eval-max-steps", "1000", "--checkpoint-every", "40", "--run-dir", str(run),
+        "--progress", "10%", "--set", "replay.min_size=20", "--set", "replay.capacity=400",
+        "--set", "schedule.eval_epsilon=0.0", "--set", "replay.batch_size=8",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "zoo.cli", *args],
+        cwd=tmp_path,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("evaluation at env step 40: playing 10 games of Breakout-v5"):
+            process.send_signal(signal.SIGINT)
+            break
+    _, rest = process.communicate(timeout=600)
+    text = "".join(lines) + rest
+    assert process.returncode == 130, text[-3000:]
+    after = text[text.index("evaluation at env step 40: playing") :]
+    noted = after.index("zoo: interrupt received: the evaluation under way plays to its end")
+    summary = re.search(r"evaluation at env step 40: (return|no game finished) .*\(\w+\)\n", after)
+    assert summary is not None, after
+    assert noted < summary.start()
+    assert "interrupted at env step 40 (checkpoint saved there)" in text
+    assert "Traceback" not in text

@@ -1288,16 +1288,17 @@ def _evaluator(
 
         policy = policy_fn(online, jax.random.PRNGKey(_seed31(settings.seed + 10_000 + env_steps)))
         shown = EvaluationProgress(f"evaluation at env step {env_steps:,}", mode=None)
-        result = evaluate(
-            policy,
-            settings.env,
-            settings.protocol,
-            episodes=settings.eval_episodes,
-            seed=_seed31(settings.seed + 1 + env_steps),
-            max_steps=settings.eval_max_steps,
-            epsilon=spec.schedule.eval_epsilon,
-            progress=shown if show_progress else None,
-        )
+        with _interrupt_noted(shown if show_progress else None):
+            result = evaluate(
+                policy,
+                settings.env,
+                settings.protocol,
+                episodes=settings.eval_episodes,
+                seed=_seed31(settings.seed + 1 + env_steps),
+                max_steps=settings.eval_max_steps,
+                epsilon=spec.schedule.eval_epsilon,
+                progress=shown if show_progress else None,
+            )
         record = {
             "env_steps": env_steps,
             "protocol": settings.protocol,
@@ -1312,6 +1313,34 @@ def _evaluator(
         return record
 
     return evaluate_now
+
+
+@contextlib.contextmanager
+def _interrupt_noted(shown: Any) -> Iterator[None]:
+    """While an evaluation plays, Ctrl-C is answered at once: the trainer stops after it (the
+    evaluation is part of the step being checkpointed), which on Atari can be minutes away, so
+    say so instead of seeming to ignore the key. The trainer's own handler still records it."""
+    import signal
+    import threading
+
+    if shown is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        _say(
+            "interrupt received: the evaluation under way plays to its end, then the run saves "
+            "a checkpoint and stops"
+        )
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def evaluation_summary(evaluation: Mapping[str, Any]) -> str:
