@@ -359,7 +359,7 @@ def test_yaml_entry_names_cannot_leave_the_runs_folder(tmp_path, monkeypatch, na
         zoo.train(
             "mine.yaml",
             total_env_steps=20_000,
-            overrides={"replay.capacity": 20_000},
+            overrides={"replay.capacity": 20_000, "replay.min_size": 1_000},
             progress=False,
             on_start=abort,
         )
