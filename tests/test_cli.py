@@ -121,6 +121,16 @@ def test_list_components_by_axis_wildcard(tmp_path: Path) -> None:
     assert all(summary.strip() for summary in rows.values())
 
 
+def test_list_prints_plain_text_not_docstring_markup(tmp_path: Path) -> None:
+    # summaries come from docstrings, whose ``literal`` markup showed on the terminal
+    result = run_zoo("list", "components", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "``" not in result.stdout
+    rows = listed(result.stdout)
+    assert rows["head/quantile"] == "num_quantiles quantile values per action (QR-DQN)."
+    assert "``" not in run_zoo("list", cwd=tmp_path).stdout
+
+
 @pytest.mark.parametrize(
     "args",
     [["list", "nothing_like_this*"], ["list", "algorithms", "zz*"], ["list", "presets", "zz*"]],
@@ -178,6 +188,87 @@ def test_show_a_user_file_from_another_folder(tmp_path: Path) -> None:
     assert data["name"] == "mine"
     assert data["loss"]["n_step"] == 3
     assert data["loss"]["temperature"] == 0.03
+
+
+@pytest.fixture
+def installed(tmp_path: Path) -> Path:
+    """A ``site-packages`` folder holding zoo as ``pip install .`` lays it out: the package with
+    ``algorithms.yaml`` and ``presets/`` as package data in ``zoo/_data``."""
+    site = tmp_path / "site-packages"
+    package = Path(zoo.__file__).resolve().parent
+    shutil.copytree(package, site / "zoo", ignore=shutil.ignore_patterns("__pycache__", "_data"))
+    (site / "zoo" / "_data").mkdir()
+    shutil.copy(spec.catalogue_path(), site / "zoo" / "_data" / "algorithms.yaml")
+    shutil.copytree(spec.presets_dir(), site / "zoo" / "_data" / "presets")
+    return site
+
+
+def run_installed(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``zoo ARGS`` of the copy in ``site`` (``-P``: as the console script, no cwd on the path)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "PYTHONPATH")}
+    environ["PYTHONPATH"] = str(site)
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "zoo.cli", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_show_says_when_an_entry_is_the_installed_copy(installed: Path, tmp_path: Path) -> None:
+    # after `pip install .`, edits to a clone's algorithms.yaml changed nothing, silently
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    text = spec.catalogue_path().read_text(encoding="utf-8")
+    (clone / "algorithms.yaml").write_text(text.replace("dqn:\n", "dqn:  # edited\n", 1))
+    result = run_installed(installed, "show", "dqn", cwd=clone)
+    assert result.returncode == 0, result.stderr
+    catalogue = installed / "zoo" / "_data" / "algorithms.yaml"
+    hint = result.stdout.splitlines()[-3:]
+    assert hint[0] == f"# from the installed package: {catalogue}"
+    assert hint[1] == "# ./algorithms.yaml here differs from it and is not read by zoo"
+    assert "take effect with an editable install (pip install -e .)" in hint[2]
+    assert "a file of your own (zoo show mine.yaml:NAME, zoo train mine.yaml:NAME)" in hint[2]
+    data = yaml.safe_load(result.stdout)  # the hints are YAML comments
+    assert AlgorithmSpec.model_validate(data) == zoo.load_algorithm("dqn")
+    # an unedited copy, or none, is not reported as different; the hint stays
+    (clone / "algorithms.yaml").write_text(text)
+    result = run_installed(installed, "show", "dqn", cwd=clone)
+    assert "here differs from it" not in result.stdout and "pip install -e ." in result.stdout
+    # a preset sharing a catalogue name: shown by name, not by a path into site-packages
+    result = run_installed(installed, "show", "mdqn", cwd=clone)
+    assert "# 'mdqn' is also a preset (a paper's settings): zoo show preset:mdqn" in result.stdout
+    result = run_installed(installed, "show", "preset:mdqn", cwd=clone)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("# preset mdqn: ")
+    preset = installed / "zoo" / "_data" / "presets" / "mdqn.yaml"
+    assert f"# from the installed package: {preset}" in result.stdout
+    assert "edits to a clone's presets take effect with an editable install" in result.stdout
+
+
+def test_train_preset_prefix_trains_the_preset_not_the_catalogue_entry(tmp_path: Path) -> None:
+    # `zoo train mdqn` is the catalogue entry; `preset:mdqn` the paper's settings, whose Atari
+    # protocol shows which one was taken (from any folder: no path into a clone needed)
+    protocol = zoo.load_preset("mdqn").env.protocol
+    result = run_zoo("train", "preset:mdqn", "--env", "CartPole-v1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"protocol '{protocol}' is for atari environments" in result.stderr
+    assert_no_traceback(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_show_from_a_clone_or_editable_install_has_no_hint(tmp_path: Path) -> None:
+    if spec.catalogue_path().parent.name == "_data":
+        pytest.skip("these tests run against an installed copy")
+    result = run_zoo("show", "dqn", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "installed package" not in result.stdout
+    result = run_zoo(
+        "show", "mine.yaml", cwd=write(tmp_path, "mine.yaml", "mine: {extends: dqn}\n").parent
+    )
+    assert "installed package" not in result.stdout
 
 
 def test_show_misspelt_name_suggests_without_traceback(tmp_path: Path) -> None:

@@ -386,6 +386,61 @@ def test_cli_shows_a_plugin_component(plugin_dir: Path) -> None:
     assert "kind: log_cosh" in result.stdout and "scale: 2.0" in result.stdout
 
 
+def run_console(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``zoo ARGS`` as the installed console script runs it: ``python -P`` puts neither the
+    working directory nor a script's folder on ``sys.path`` (``python -m`` would add the working
+    directory and hide the difference)."""
+    environ = {k: v for k, v in os.environ.items() if k != "ZOO_PLUGINS"}
+    package_root = str(Path(zoo.__file__).resolve().parent.parent)
+    environ["PYTHONPATH"] = package_root
+    environ.update(env)
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "zoo.cli", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--plugin", "myplug"], {}), ([], {"ZOO_PLUGINS": "myplug"})],
+    ids=["--plugin", "ZOO_PLUGINS"],
+)
+def test_cli_finds_a_plugin_in_the_working_directory(
+    plugin_dir: Path, args: list[str], env: dict[str, str]
+) -> None:
+    # the README's example, run where myplug.py lies, used to say "No module named 'myplug'"
+    # unless PYTHONPATH=. was set
+    result = run_console(*args, "validate", "mine.yaml", cwd=plugin_dir, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "mine.yaml: ok (1 entry)\n"
+    result = run_console(*args, "list", "components", "td/*", cwd=plugin_dir, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "td/log_cosh" in result.stdout
+
+
+def test_cli_imports_a_plugin_given_as_a_file(plugin_dir: Path) -> None:
+    cwd = plugin_dir.parent / "cwd"
+    result = run_console(
+        "--plugin", "../plugins/myplug.py", "validate", "../plugins/mine.yaml", cwd=cwd, env={}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok (1 entry)" in result.stdout
+
+
+def test_cli_a_plugin_elsewhere_is_not_found_and_says_where_it_looked(plugin_dir: Path) -> None:
+    cwd = plugin_dir.parent / "cwd"
+    result = run_console("--plugin", "myplug", "validate", "../plugins/mine.yaml", cwd=cwd, env={})
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "cannot import plugin module 'myplug'" in result.stderr
+    assert f"in the working directory {cwd}" in result.stderr
+    assert "--plugin path/to/myplug.py" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "env"),
     [(["--plugin", "does_not_exist"], {}), ([], {"ZOO_PLUGINS": "does_not_exist"})],

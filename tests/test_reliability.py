@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -262,6 +263,44 @@ def test_a_replay_larger_than_the_budget_is_noted(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "replay.capacity=1,000,000 is more than the budget of 25,000 transitions" in err
     assert "--set replay.capacity=25000" in err
+    # the catalogue's ε ramp (Atari: 250k transitions) on a CartPole budget: a random agent
+    assert (
+        "note: schedule.epsilon decays over 250,000 transitions, past the budget of 25,000: "
+        "ε is still 0.90 at its end, so the agent acts mostly at random" in err
+    )
+    assert "--set schedule.epsilon.steps=2500" in err
+
+
+def test_a_presets_run_is_named_after_the_preset(tmp_path, monkeypatch):
+    # a run of the preset dqn_cartpole was named runs/dqn-CartPole-v1-..., like a run of dqn
+    import zoo
+
+    monkeypatch.chdir(tmp_path)
+    for algorithm, name in (("dqn_cartpole", "dqn_cartpole"), ("dqn", "dqn")):
+        with pytest.raises(AbortedError) as started:
+            zoo.train(algorithm, total_env_steps=60_000, progress=False, on_start=abort)
+        path = started.value.args[0]
+        assert path.parent == Path("runs")
+        assert re.fullmatch(rf"{name}-CartPole-v1-s0-\d{{8}}-\d{{6}}", path.name), path
+
+
+def test_a_preset_whose_exploration_fits_its_budget_gets_no_note(tmp_path, capsys):
+    import zoo
+
+    with pytest.raises(AbortedError):
+        zoo.train("dqn_cartpole", run_dir=tmp_path / "run", progress=False, on_start=abort)
+    assert "schedule.epsilon" not in capsys.readouterr().err
+
+
+def test_a_budget_equal_to_min_size_is_refused(tmp_path, monkeypatch):
+    # the README's mine.yaml on --steps 20000 (its min_size) ran and reported "0 updates"
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "mine.yaml", "mine:\n  extends: qr_dqn\n  loss: {n_step: 3}\n")
+    code, _, err = run_cli("train", "mine.yaml", "--steps", "20000")
+    assert code == 2, err
+    assert "replay.min_size=20,000 is equal to the budget of 20,000 transitions" in err
+    assert "learning would never start (0 updates)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"]
 
 
 def test_a_network_too_large_for_memory_is_refused_at_run_start_without_allocating(tmp_path):
@@ -320,7 +359,7 @@ def test_yaml_entry_names_cannot_leave_the_runs_folder(tmp_path, monkeypatch, na
         zoo.train(
             "mine.yaml",
             total_env_steps=20_000,
-            overrides={"replay.capacity": 20_000},
+            overrides={"replay.capacity": 20_000, "replay.min_size": 1_000},
             progress=False,
             on_start=abort,
         )
@@ -739,6 +778,27 @@ def test_compare_skips_a_stub_run_with_a_note(finished, tmp_path, monkeypatch):
     evaluation = next(row for row in rows if row["statistic"] == "evaluation")
     assert evaluation["values"] == [None]  # its evaluation finished no game
     assert "the evaluation at 400 env steps finished no game" in evaluation["note"]
+
+
+def test_compare_of_runs_without_a_finished_game_plots_without_a_warning(
+    finished, tmp_path, monkeypatch
+):
+    # a group with no curve to draw (no game finished yet, as early in an Atari run) made
+    # matplotlib print "No artists with labels found to put in legend"
+    import warnings
+
+    monkeypatch.chdir(tmp_path)
+    run = copy_run(finished[0], tmp_path / "runs" / "early")
+    records = read_jsonl(run / "metrics.jsonl")
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "return"}) + "\n" for r in records)
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _out, err = run_cli("compare", str(run))
+    assert code == 0, err
+    assert (tmp_path / "runs" / "comparison.png").is_file()
+    assert [str(w.message) for w in caught if "artists" in str(w.message)] == []
 
 
 def test_compare_writes_under_the_working_directory_by_default(finished, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -189,6 +190,42 @@ def test_sigint_saves_and_exits_cleanly(tmp_path):
     saved = max(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
     assert saved > first
     assert env_steps_of(run)[-1] <= saved
+    # the step reported is the checkpoint's, where a resume continues (it used to be the last
+    # metrics record's: "interrupted at env step 1,800" with the checkpoint at 1,840)
+    reported = re.search(r"interrupted at env step ([\d,]+) \(checkpoint saved there\)", err)
+    assert reported is not None, err[-2000:]
+    assert int(reported[1].replace(",", "")) == saved
+    stopped = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()][-1]
+    assert stopped["event"] == "stopped" and stopped["status"] == "interrupted"
+    assert stopped["env_steps"] == saved
+
+
+def test_resuming_a_finished_run_says_so_at_once_and_builds_nothing(finished_run, tmp_path):
+    # it used to build and restore everything (30 s on Atari) to re-print the summary
+    run = tmp_path / "finished"
+    shutil.copytree(finished_run, run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    program = (
+        "import json, sys, zoo.cli; rc = zoo.cli.main(sys.argv[1:]); "
+        "print(json.dumps({'rc': rc, 'jax': 'jax' in sys.modules}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program, "train", "--resume", str(run)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert json.loads(result.stdout.splitlines()[-1]) == {"rc": 0, "jax": False}, result.stderr
+    assert result.stderr.startswith(
+        f"zoo: {run} is already finished: its checkpoint at env step 1,200 has reached the "
+        "budget of 1,200; nothing to train. Train it further with: "
+        f"zoo train --resume {run} --steps N"
+    )
+    assert "finished 1,200 env steps, 500 updates; evaluation return" in result.stdout
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # nothing recorded: nothing happened
 
 
 def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_checkpoint(tmp_path):
@@ -252,3 +289,27 @@ def test_unknown_environment_is_a_clear_error(tmp_path):
     assert process.returncode == 2  # refused before anything was written
     assert "CartPole-v1" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+class _StartedError(Exception):
+    """Raised by ``on_start``: the run was set up; stop before training."""
+
+
+def _stop(path: Path) -> None:
+    raise _StartedError(path)
+
+
+def test_resuming_a_run_stopped_at_its_return_target_says_it_continues(tmp_path, capsys):
+    # `zoo train --resume` of the Quick start's run (stopped at --stop-at-return 475) trained on
+    # without a word about why a "finished" run started again
+    run = tmp_path / "early"
+    result = quick_train(run, steps=1200, eval_every=400, stop_at_return=0.0)
+    assert result.env_steps == 400 and not result.interrupted
+    capsys.readouterr()
+    with pytest.raises(_StartedError):
+        zoo.train(resume=run, progress=False, on_start=_stop)
+    err = capsys.readouterr().err
+    assert (
+        f"zoo: {run} stopped at env step 400 when an evaluation reached its --stop-at-return 0; "
+        "resuming toward its budget of 1,200 env steps" in err
+    )

@@ -4,8 +4,8 @@
     zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...]
     zoo validate FILE...
     zoo train ALGORITHM|PRESET|FILE [--env ID] [--steps N] [--seed S] [--set KEY=VALUE ...]
-              [--run-dir DIR] [--resume DIR [--restart]] ...
-    zoo eval RUN_DIR [--episodes N]
+              [--run-dir DIR] [--resume DIR [--restart]] [--progress WHEN] ...
+    zoo eval RUN_DIR [--episodes N] [--progress WHEN]
     zoo compare RUN_DIR... [--reference SERIES] [--out DIR] [--record ours/NAME]
     zoo compare --list-series [PATTERN]
     zoo reproduce PRESET [--games G ...] [--seeds N] [--frames N] [--run-dir DIR]
@@ -17,20 +17,27 @@ while running (a non-finite loss, a full disk, no intact checkpoint); 130 interr
 checkpoint saved). Never a traceback.
 
 User components enter through ``--plugin MODULE`` (repeatable) or the ``ZOO_PLUGINS`` environment
-variable (comma-separated module names), never from inside a YAML file.
+variable (comma-separated module names), never from inside a YAML file; a module is looked for on
+the Python path and then in the working directory, and ``--plugin path/to/file.py`` names a file.
+
+Progress goes to stderr: on a terminal one line redrawn in place, otherwise (``nohup``, a
+scheduler, CI) a line every 30 s; ``--progress`` or ``ZOO_PROGRESS`` changes it (``zoo.metrics``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from zoo import __version__, registry, spec
+from zoo.metrics import PROGRESS_VARIABLE, ProgressMode, ProgressModeError
 
 __all__ = ["main"]
 
@@ -38,9 +45,14 @@ EXIT_SPEC_ERROR = 2
 
 
 def _first_sentence(text: str) -> str:
-    text = " ".join(text.split())
+    text = _plain(" ".join(text.split()))
     head, dot, _ = text.partition(". ")
     return head + ("." if dot else "")
+
+
+def _plain(text: str) -> str:
+    """Docstring markup read on a terminal: reStructuredText's ``literal`` becomes literal."""
+    return re.sub(r"``(.+?)``", r"\1", text)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -58,7 +70,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
             (n, _first_sentence(spec.load_preset(n).summary)) for n in spec.preset_names(pattern)
         ]
     else:
-        rows = [(f"{e.axis}/{e.name}", e.summary) for e in registry.list_components(pattern)]
+        rows = [
+            (
+                f"{e.axis}/{e.name}",
+                _plain(e.summary) or "(no summary: its function has no docstring)",
+            )
+            for e in registry.list_components(pattern)
+        ]
     width = max((len(name) for name, _ in rows), default=0)
     for name, text in rows:
         print(f"{name:<{width}}  {text}")
@@ -83,12 +101,39 @@ def _cmd_show(args: argparse.Namespace) -> int:
         print("# resolved algorithm:")
         algorithm = spec.algorithm_for(preset)
         print(spec.describe(spec.load_algorithm(algorithm, overrides=overrides)), end="")
+        shipped = name.removeprefix(spec.PRESET_PREFIX)
+        if not spec._looks_like_path(shipped):
+            _installed_hint(spec.presets_dir() / f"{shipped}.yaml", "presets")
         return 0
     print(spec.describe(spec.load_algorithm(name, overrides=overrides)), end="")
     if name in spec.preset_names():
-        path = spec.presets_dir() / f"{name}.yaml"
-        print(f"# {name!r} is also a preset (a paper's settings); show it with: zoo show {path}")
+        print(
+            f"# {name!r} is also a preset (a paper's settings): zoo show {spec.PRESET_PREFIX}{name}"
+        )
+    if not spec._looks_like_path(name):
+        _installed_hint(spec.catalogue_path(), "algorithms.yaml")
     return 0
+
+
+def _installed(path: Path) -> bool:
+    """Whether ``path`` is package data of an installed (not editable) zoo."""
+    return (Path(spec.__file__).resolve().parent / "_data") in path.resolve().parents
+
+
+def _installed_hint(path: Path, what: str) -> None:
+    """Say where a catalogue entry came from when it is the installed package's copy: editing a
+    clone's ``algorithms.yaml`` or ``presets/`` then changes nothing."""
+    if not _installed(path):
+        return
+    print(f"# from the installed package: {path}")
+    local = Path(what) if what == "algorithms.yaml" else Path(what) / path.name
+    if local.is_file() and local.read_bytes() != path.read_bytes():
+        print(f"# ./{local} here differs from it and is not read by zoo")
+    print(
+        f"# edits to a clone's {what} take effect with an editable install "
+        "(pip install -e .); or put entries of your own in a file of your own "
+        "(zoo show mine.yaml:NAME, zoo train mine.yaml:NAME)"
+    )
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -126,6 +171,7 @@ def _evaluation_summary(evaluation: dict) -> str:
 def _cmd_train(args: argparse.Namespace) -> int:
     from zoo.run import RunError, RunRefusedError, train
 
+    _set_progress(args.progress)
     if args.algorithm is None and args.resume is None:
         print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
         return EXIT_SPEC_ERROR
@@ -159,27 +205,53 @@ def _cmd_train(args: argparse.Namespace) -> int:
     final = result.final_eval
     if result.interrupted:
         print(
-            f"interrupted at env step {result.env_steps:,}; checkpoint saved. "
+            f"interrupted at env step {result.env_steps:,} (checkpoint saved there). "
             f"Continue with: zoo train --resume {result.run_dir}",
             file=sys.stderr,
         )
         return 130
     if final is not None:
         best = result.best_return
+        target = args.stop_at_return
+        reached = final.get("mean_return")
+        early = target is not None and reached is not None and reached >= target
         print(
-            f"finished {result.env_steps:,} env steps, {result.updates:,} updates; "
+            (f"reached --stop-at-return {target:g}: " if early else "")
+            + f"finished {result.env_steps:,} env steps, {result.updates:,} updates; "
             f"{_evaluation_summary(final)}" + (f" (best {best:.1f})" if best is not None else "")
         )
     print(f"results: {result.run_dir} (metrics.jsonl, eval.jsonl, tb/, checkpoints/)")
+    print(f"curves: {_tensorboard_hint(result.run_dir)}")
     return 0
+
+
+def _tensorboard_hint(run_dir: Path) -> str:
+    """How to open the run's TensorBoard events (and how to get TensorBoard if it is missing)."""
+    import importlib.util
+
+    command = f"tensorboard --logdir {run_dir.parent}"
+    if importlib.util.find_spec("tensorboard") is None:
+        return f"{command} (TensorBoard is not installed: pip install 'zoo-rl[tensorboard]')"
+    return command
+
+
+def _set_progress(text: str | None) -> None:
+    """``--progress``: checked, then set for this process (training and evaluation read it)."""
+    if text is not None:
+        os.environ[PROGRESS_VARIABLE] = text
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from zoo.run import RunError, RunRefusedError, evaluate_run
 
+    _set_progress(args.progress)
     try:
         result = evaluate_run(
-            args.run_dir, episodes=args.episodes, seed=args.seed, max_steps=args.max_steps
+            args.run_dir,
+            episodes=args.episodes,
+            seed=args.seed,
+            max_steps=args.max_steps,
+            progress=True,
         )
     except RunRefusedError as e:
         print(f"zoo eval: {e}", file=sys.stderr)
@@ -260,6 +332,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from zoo.reproduce import ReproduceError, reproduce
     from zoo.run import RunError, RunRefusedError
 
+    _set_progress(args.progress)
     try:
         result = reproduce(
             args.preset,
@@ -322,15 +395,78 @@ _SEED = _whole(0, 2**31 - 1)
 _NUM_ENVS = _whole(1, 4096)
 
 
+def _progress(text: str) -> str:
+    """An argparse type: a progress mode (see :class:`zoo.metrics.ProgressMode`)."""
+    try:
+        ProgressMode.parse(text)
+    except ProgressModeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _progress_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--progress",
+        type=_progress,
+        metavar="WHEN",
+        help="progress on stderr: auto (default: redrawn on a terminal, else a line every 30s), "
+        f"bar, off, a period (30s, 2m) or a share of the budget (10%%); also {PROGRESS_VARIABLE}",
+    )
+
+
 def _load_plugins(modules: Sequence[str]) -> None:
+    """Import the plugin modules of ``ZOO_PLUGINS`` and ``--plugin``.
+
+    A module is found as ``python -m`` finds one: on ``sys.path``, then in the working directory
+    (a ``myplug.py`` beside the user's YAML works without ``PYTHONPATH=.``). The working directory
+    goes last, so a file there never shadows an installed package. ``--plugin path/to/file.py``
+    imports that file.
+    """
     env = [m.strip() for m in os.environ.get("ZOO_PLUGINS", "").split(",") if m.strip()]
-    for module in [*env, *modules]:
+    names = [*env, *modules]
+    if names:
+        here = os.getcwd()
+        if not any(os.path.abspath(p or os.curdir) == here for p in sys.path):
+            sys.path.append(here)
+    for module in names:
         try:
-            importlib.import_module(module)
+            if module.endswith(".py"):
+                _import_file(Path(module))
+            else:
+                importlib.import_module(module)
         except ImportError as e:
-            raise SystemExit(f"zoo: cannot import plugin module {module!r}: {e}") from None
+            raise SystemExit(_plugin_import_message(module, e)) from None
         except registry.DuplicateComponentError as e:
             raise SystemExit(f"zoo: plugin module {module!r}: {e}") from None
+
+
+def _import_file(path: Path) -> None:
+    """Import a plugin given as a file (``--plugin plugins/myplug.py``) as module ``myplug``."""
+    import importlib.util
+
+    if not path.is_file():
+        raise ImportError(f"no such file: {path}")
+    module_spec = importlib.util.spec_from_file_location(path.stem, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[path.stem] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[path.stem]
+        raise
+
+
+def _plugin_import_message(module: str, error: ImportError) -> str:
+    """Why a plugin did not import, with where it was looked for when it was not found."""
+    message = f"zoo: cannot import plugin module {module!r}: {error}"
+    if isinstance(error, ModuleNotFoundError) and error.name == module:
+        message += (
+            f" (looked on the Python path and in the working directory {os.getcwd()}; "
+            f"give a file as --plugin path/to/{module}.py)"
+        )
+    return message
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -412,6 +548,7 @@ def _parser() -> argparse.ArgumentParser:
         "envpool's XLA step (same semantics); auto (default): compiled for vector observations, "
         "host for images (XLA:CPU's convolutions are slow inside loops)",
     )
+    _progress_option(p)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoint under its protocol")
@@ -419,6 +556,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=_COUNT, default=10, help="games to play")
     p.add_argument("--seed", type=_SEED, default=12345, help="evaluation seed")
     p.add_argument("--max-steps", type=_COUNT, help="cap on agent steps")
+    _progress_option(p)
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser(
@@ -485,6 +623,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--num-envs", type=_NUM_ENVS, help="parallel environments (default: the preset's)"
     )
+    _progress_option(p)
     p.set_defaults(func=_cmd_reproduce)
     return parser
 
@@ -502,6 +641,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except registry.UnknownComponentError as e:
         print(f"zoo: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
+    except BrokenPipeError:
+        # `zoo show dqn | head`: the reader left; exit quietly as other command-line tools do
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -617,7 +617,8 @@ def write_plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
         ax.set_title(f"{group.name} · {group.env} ({group.protocol})", fontsize=9)
         ax.set_xlabel("frames")
         ax.set_ylabel("return")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # no curve yet (no game finished): no legend
+            ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)

@@ -465,6 +465,9 @@ def _train(
             if restart:
                 _restart(run_path, settings)
                 mode = "restart"
+            elif (done := _already_finished(run_path, settings)) is not None:
+                lock.release()
+                return done
             elif not _checkpoint_steps(run_path):
                 last = _last_record_step(run_path)
                 records = f" (records up to env step {last:,})" if last is not None else ""
@@ -473,6 +476,8 @@ def _train(
                     f"{records}; start it over from scratch, with its own spec and settings, "
                     f"with: zoo train --resume {run_path} --restart"
                 )
+            else:
+                _note_early_stop(run_path, settings)
         except BaseException:
             lock.release()
             raise
@@ -489,6 +494,7 @@ def _train(
     try:
         if mode != "resume":
             _note_capacity(spec, settings)
+            _note_exploration(spec, settings)
         if on_start is not None:
             on_start(run_path)
         env_obj = make(
@@ -517,6 +523,49 @@ def _train(
         raise
     finally:
         lock.release()
+
+
+def _already_finished(run_path: Path, settings: RunSettings) -> RunResult | None:
+    """A run whose newest checkpoint has reached its budget, as it stands (nothing is built or
+    written), saying so; ``None`` when there is something left to train."""
+    from zoo.metrics import read_jsonl
+
+    steps = _checkpoint_steps(run_path)
+    if not steps or steps[-1] < settings.total_env_steps:
+        return None
+    step = steps[-1]
+    records = [r for r in read_jsonl(run_path / "metrics.jsonl") if r.get("env_steps", 0) <= step]
+    _say(
+        f"{run_path} is already finished: its checkpoint at env step {step:,} has reached the "
+        f"budget of {settings.total_env_steps:,}; nothing to train. Train it further with: "
+        f"zoo train --resume {run_path} --steps N (N above {step:,}); evaluate it with: "
+        f"zoo eval {run_path}"
+    )
+    return RunResult(
+        run_dir=run_path,
+        env_steps=step,
+        updates=int(records[-1]["updates"]) if records else 0,
+        evaluations=[
+            e for e in read_jsonl(run_path / "eval.jsonl") if e.get("env_steps", 0) <= step
+        ],
+    )
+
+
+def _note_early_stop(run_path: Path, settings: RunSettings) -> None:
+    """Say that a resume continues a run that stopped at its return target before its budget
+    (it trains on, and stops again at the next evaluation that reaches the target)."""
+    stops = [e for e in rundir.read_history(run_path) if e.get("event") == "stopped"]
+    target = settings.stop_at_return
+    if target is None or not stops or stops[-1].get("status") != "finished":
+        return
+    at = stops[-1].get("env_steps")
+    if isinstance(at, int) and at < settings.total_env_steps:
+        _say(
+            f"{run_path} stopped at env step {at:,} when an evaluation reached its "
+            f"--stop-at-return {target:g}; resuming toward its budget of "
+            f"{settings.total_env_steps:,} env steps (it stops again at the next evaluation "
+            "that reaches the target)"
+        )
 
 
 def _new_settings(
@@ -571,13 +620,38 @@ def _new_settings(
 def _check_budget(spec: AlgorithmSpec, settings: RunSettings) -> None:
     """A budget that never reaches ``replay.min_size`` would train nothing: refuse it."""
     min_size = spec.replay.min_size
-    if settings.total_env_steps < min_size:
+    if settings.total_env_steps <= min_size:
+        # learning starts once min_size transitions are in: a budget of min_size trains nothing
+        relation = "more than" if min_size > settings.total_env_steps else "equal to"
         raise RunRefusedError(
-            f"replay.min_size={min_size:,} is more than the budget of "
+            f"replay.min_size={min_size:,} is {relation} the budget of "
             f"{settings.total_env_steps:,} transitions: learning would never start (0 updates); "
             f"lower it (e.g. --set replay.min_size={max(settings.total_env_steps // 10, 1)}) or "
             f"raise --steps above {min_size:,}"
         )
+
+
+def _note_exploration(spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """Say when ε is still decaying at the end of the budget: a catalogue entry (Atari settings,
+    ε over 1M transitions) trained on a short CartPole budget acts almost at random throughout."""
+    epsilon = spec.schedule.epsilon
+    total = settings.total_env_steps
+    if (
+        spec.network.noisy
+        or not isinstance(epsilon, spec_lib.LinearSchedule)
+        or epsilon.begin + epsilon.steps <= total
+        or epsilon.start <= epsilon.end
+    ):
+        return
+    progress = min(max((total - epsilon.begin) / epsilon.steps, 0.0), 1.0)
+    last = epsilon.start + progress * (epsilon.end - epsilon.start)
+    _say(
+        f"note: schedule.epsilon decays over {epsilon.begin + epsilon.steps:,} transitions, "
+        f"past the budget of {total:,}: ε is still {last:.2f} at its end, so the agent acts "
+        f"mostly at random (catalogue entries carry Atari settings; the *_cartpole presets "
+        f"carry CartPole's); --set schedule.epsilon.steps={max(total // 10, 1)} would decay it "
+        "over the first tenth"
+    )
 
 
 def _note_capacity(spec: AlgorithmSpec, settings: RunSettings) -> None:
@@ -591,8 +665,10 @@ def _note_capacity(spec: AlgorithmSpec, settings: RunSettings) -> None:
 
 
 def _default_run_dir(spec: AlgorithmSpec, settings: RunSettings) -> Path:
+    """``runs/<preset or algorithm>-<env>-s<seed>-<time>``: a preset's run is named after the
+    preset (``dqn_adam_mse``), not its catalogue algorithm (``dqn``), so runs of both differ."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = rundir.safe_component(spec.name or "custom", fallback="custom")
+    name = rundir.safe_component(settings.preset or spec.name or "custom", fallback="custom")
     env = rundir.safe_component(settings.env, fallback="env")
     return Path("runs") / f"{name}-{env}-s{settings.seed}-{stamp}"
 
@@ -1049,10 +1125,10 @@ def _run(
             spec, settings, env_obj, run_path, mode, checkpointer, previous_total
         )
         logger = MetricsLogger(run_path, resume_from=resume_from)
-        evaluate_now = _evaluator(spec, settings, env_obj, logger)
+        evaluate_now = _evaluator(spec, settings, env_obj, logger, show_progress)
         trainer = Trainer(loop, config, logger, checkpointer, evaluate_now, games=games)
         try:
-            trainer.run(carry)
+            carry = trainer.run(carry)
         except NonFiniteLossError as e:
             raise RunError(_non_finite_message(str(e), checkpointer)) from None
         except CheckpointError as e:
@@ -1066,12 +1142,12 @@ def _run(
             logger.close()
     finally:
         checkpointer.close()
-    counters = read_jsonl(run_path / "metrics.jsonl")
-    last = counters[-1] if counters else {"env_steps": 0, "updates": 0}
+    # the counters of the state the run ended in: the last checkpoint's (an interrupted run's
+    # metrics records may stop before it)
     return RunResult(
         run_dir=run_path,
-        env_steps=int(last["env_steps"]),
-        updates=int(last["updates"]),
+        env_steps=int(carry.env_steps),
+        updates=int(carry.learner.updates),
         evaluations=read_jsonl(run_path / "eval.jsonl"),
         interrupted=trainer.stopped_by_signal,
     )
@@ -1193,10 +1269,17 @@ def _record_resume(
 
 
 def _evaluator(
-    spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, logger: Any
+    spec: AlgorithmSpec,
+    settings: RunSettings,
+    env_obj: Any,
+    logger: Any,
+    show_progress: bool = False,
 ) -> Callable[[Any, int], dict[str, Any]]:
-    """The trainer's evaluation: play under the protocol, log the record, return it."""
+    """The trainer's evaluation: play under the protocol, log the record, return it. With
+    ``show_progress``, a long evaluation shows its progress and every evaluation ends with a
+    line of its result (:class:`zoo.metrics.EvaluationProgress`)."""
     from zoo.envs import evaluate
+    from zoo.metrics import EvaluationProgress
 
     policy_fn = make_policy_fn(spec, env_obj.num_actions)
 
@@ -1204,20 +1287,25 @@ def _evaluator(
         import jax
 
         policy = policy_fn(online, jax.random.PRNGKey(_seed31(settings.seed + 10_000 + env_steps)))
-        result = evaluate(
-            policy,
-            settings.env,
-            settings.protocol,
-            episodes=settings.eval_episodes,
-            seed=_seed31(settings.seed + 1 + env_steps),
-            max_steps=settings.eval_max_steps,
-            epsilon=spec.schedule.eval_epsilon,
-        )
+        shown = EvaluationProgress(f"evaluation at env step {env_steps:,}", mode=None)
+        with _interrupt_noted(shown if show_progress else None):
+            result = evaluate(
+                policy,
+                settings.env,
+                settings.protocol,
+                episodes=settings.eval_episodes,
+                seed=_seed31(settings.seed + 1 + env_steps),
+                max_steps=settings.eval_max_steps,
+                epsilon=spec.schedule.eval_epsilon,
+                progress=shown if show_progress else None,
+            )
         record = {
             "env_steps": env_steps,
             "protocol": settings.protocol,
             **_finished(result, settings.eval_max_steps),
         }
+        if show_progress:
+            shown.close(evaluation_summary(record))
         logger.log_eval(record)
         if record["mean_return"] is None:
             # the trainer compares the return with --stop-at-return: no game, no stop
@@ -1225,6 +1313,45 @@ def _evaluator(
         return record
 
     return evaluate_now
+
+
+@contextlib.contextmanager
+def _interrupt_noted(shown: Any) -> Iterator[None]:
+    """While an evaluation plays, Ctrl-C is answered at once: the trainer stops after it (the
+    evaluation is part of the step being checkpointed), which on Atari can be minutes away, so
+    say so instead of seeming to ignore the key. The trainer's own handler still records it."""
+    import signal
+    import threading
+
+    if shown is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        _say(
+            "interrupt received: the evaluation under way plays to its end, then the run saves "
+            "a checkpoint and stops"
+        )
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def evaluation_summary(evaluation: Mapping[str, Any]) -> str:
+    """``return M ± S over N games``, or what an evaluation that finished no game reports."""
+    if evaluation.get("mean_return") is None:
+        return str(evaluation.get("note") or "no game finished")
+    n = evaluation["episodes"]
+    return (
+        f"return {evaluation['mean_return']:.1f} ± {evaluation['std_return']:.1f} over "
+        f"{n} game{'s' * (n != 1)}"
+    )
 
 
 #: Statistics of an evaluation that exist only when a game finished.
@@ -1383,13 +1510,17 @@ def evaluate_run(
     seed: int = 12345,
     max_steps: int | None = None,
     step: int | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a run's checkpoint under the run's protocol; what ``zoo eval`` does.
 
     Where no game finishes within ``max_steps``, the game statistics are ``None`` and ``note``
-    says so.
+    says so. With ``progress``, an evaluation that takes more than a moment shows on stderr what
+    it plays, the most agent steps it may take and how far it is
+    (:class:`zoo.metrics.EvaluationProgress`).
     """
     from zoo.envs import evaluate
+    from zoo.metrics import EvaluationProgress
 
     check_count("eval_episodes", episodes)
     check_count("eval_max_steps", max_steps)
@@ -1398,6 +1529,7 @@ def evaluate_run(
     policy = load_policy(run_path, step=step)
     settings = _read_settings(run_path)
     spec = spec_lib.load_algorithm(run_path / "spec.yaml")
+    shown = EvaluationProgress(f"zoo eval {run_path}") if progress else None
     result = evaluate(
         policy,
         settings.env,
@@ -1406,7 +1538,10 @@ def evaluate_run(
         seed=seed,
         max_steps=max_steps,
         epsilon=spec.schedule.eval_epsilon,
+        progress=shown,
     )
+    if shown is not None:
+        shown.close()
     return {
         "run_dir": str(run_path),
         "protocol": settings.protocol,

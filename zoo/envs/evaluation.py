@@ -13,10 +13,37 @@ from zoo.envs.core import EpisodeTracker
 from zoo.envs.factory import BackendName, make
 from zoo.envs.protocols import Protocol
 
-__all__ = ["Policy", "evaluate"]
+__all__ = ["Policy", "ProgressCallback", "evaluate", "step_bound"]
 
 #: A greedy policy: observations ``[N, *observation_shape]`` -> integer actions ``[N]``.
 Policy = Callable[[np.ndarray], Any]
+
+#: Called after every vector step of an evaluation with keyword arguments ``games`` (counted so
+#: far), ``episodes``, ``agent_steps`` (played so far), ``bound`` (the most agent steps the
+#: evaluation can play, or ``None``), ``env_id``, ``protocol``, ``episode_cap`` (the most agent
+#: steps of one game, or ``None``) and ``epsilon``; :class:`zoo.metrics.EvaluationProgress` is one.
+ProgressCallback = Callable[..., None]
+
+
+def step_bound(
+    episodes: int, num_envs: int, episode_cap: int | None, max_steps: int | None = None
+) -> int | None:
+    """The most agent steps :func:`evaluate` can play: ``None`` when games have no length cap
+    (and no ``max_steps`` is given).
+
+    Environment ``i`` plays its quota ``q_i`` of games (see :func:`evaluate`), each at most
+    ``episode_cap`` steps, with one reset step between games (envpool's autoreset), so the
+    evaluation ends within ``max(q) * (episode_cap + 1) - 1`` vector steps of ``num_envs`` agent
+    steps each, or at ``max_steps``.
+    """
+    bound = None
+    if episode_cap is not None:
+        most_games = -(-episodes // num_envs)
+        bound = (most_games * (episode_cap + 1) - 1) * num_envs
+    if max_steps is not None:
+        cap = max_steps // num_envs * num_envs
+        bound = cap if bound is None else min(bound, cap)
+    return bound
 
 
 def evaluate(
@@ -31,6 +58,7 @@ def evaluate(
     epsilon: float | None = None,
     backend: BackendName = "auto",
     env_kwargs: Mapping[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Play exactly ``episodes`` whole games with an ε-greedy ``policy`` and summarise them.
 
@@ -59,6 +87,8 @@ def evaluate(
       epsilon: overrides ``protocol.eval_epsilon``.
       backend: as in :func:`zoo.envs.make`.
       env_kwargs: as in :func:`zoo.envs.make`.
+      progress: called after every vector step with the games counted, the agent steps played
+        and the most the evaluation can play (:data:`ProgressCallback`, :func:`step_bound`).
 
     Returns:
       A dict with ``mean_return``, ``std_return``, ``min_return``, ``max_return`` (unclipped game
@@ -97,8 +127,25 @@ def evaluate(
         takes_first = "first" in inspect.signature(policy).parameters
     except (TypeError, ValueError):
         takes_first = False
+    cap = env.max_episode_steps
+    bound = step_bound(episodes, num_envs, cap, max_steps)
+
+    def report() -> None:
+        if progress is not None:
+            progress(
+                games=len(returns),
+                episodes=episodes,
+                agent_steps=agent_steps,
+                bound=bound,
+                env_id=env.env_id,
+                protocol=resolved.name,
+                episode_cap=cap,
+                epsilon=eps,
+            )
+
     with env:
         timestep = env.reset()
+        report()
         while np.any(counted < quota):
             if max_steps is not None and agent_steps + num_envs > max_steps:
                 truncated = True
@@ -122,6 +169,7 @@ def evaluate(
                     counted[episode.env_index] += 1
                     returns.append(episode.episode_return)
                     lengths.append(episode.length)
+            report()
     return {
         **_summary(returns, lengths),
         "episodes": len(returns),
