@@ -234,17 +234,17 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
 
     def sample():
         c = state["carry"]
-        replay_state, key, batch, indices, at = loop._jit_sample(c.replay, c.deferred, c.key)
+        replay_state, key, batch, info = loop._jit_sample(c.replay, c.deferred, c.key)
         _block(batch)
         state["carry"] = dataclasses.replace(c, replay=replay_state, key=key)
-        state["batch"] = (batch, indices, at)
+        state["batch"] = (batch, info)
 
     sample()
 
     def update():
         c = state["carry"]
-        batch, indices, at = state["batch"]
-        out = loop._jit_update(c.learner, batch, indices, at, c.metric_sums, c.metric_count)
+        batch, info = state["batch"]
+        out = loop._jit_update(c.learner, batch, info, c.metric_sums, c.metric_count)
         _block(out[0].updates)
         state["carry"] = dataclasses.replace(c, learner=out[0])
 
@@ -472,14 +472,14 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
         state = {"replay": full, "key": carry.key, "learner": carry.learner}
 
         def sample(loop=loop, carry=carry, state=state):
-            r, k, batch, idx, at = loop._jit_sample(state["replay"], carry.deferred, state["key"])
+            r, k, batch, info = loop._jit_sample(state["replay"], carry.deferred, state["key"])
             _block(batch)
-            state.update(replay=r, key=k, batch=(batch, idx, at))
+            state.update(replay=r, key=k, batch=(batch, info))
 
         def update(loop=loop, carry=carry, state=state):
-            batch, idx, at = state["batch"]
+            batch, info = state["batch"]
             out = loop._jit_update(
-                state["learner"], batch, idx, at, carry.metric_sums, carry.metric_count
+                state["learner"], batch, info, carry.metric_sums, carry.metric_count
             )
             _block(out[0].updates)
             state["learner"] = out[0]

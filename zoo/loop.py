@@ -48,8 +48,7 @@ from zoo.checkpoint import Checkpointer
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
 from zoo.learner import Learner, LearnerState, sharded_update
 from zoo.metrics import MetricsLogger, Progress
-from zoo.replay import StepBatch
-from zoo.replay.kinds import replay_kind
+from zoo.replay import PendingPriorities, StepBatch
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 
@@ -63,8 +62,6 @@ __all__ = [
     "starts_transition",
 ]
 
-METRICS = ("loss", "td_loss", "regularizer", "abs_td", "q_sa", "importance_exponent")
-
 
 class NonFiniteLossError(FloatingPointError):
     """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
@@ -76,23 +73,6 @@ def _report(updates: jax.Array, last_loss: jax.Array) -> jax.Array:
 
 
 _jit_report = jax.jit(_report)
-
-
-class Deferred(eqx.Module):
-    """An update's priorities, written into the replay just before the next update samples.
-
-    Attributes:
-      indices: ``[B]`` the sampled items (``SampleInfo.indices``).
-      priorities: ``[B]`` their new priorities.
-      sampled_at: the replay cursor when they were sampled (items overwritten since keep the
-        priority they entered with).
-      valid: whether an update has run yet (nothing to write before the first).
-    """
-
-    indices: jax.Array
-    priorities: jax.Array
-    sampled_at: jax.Array
-    valid: jax.Array
 
 
 class Pending(eqx.Module):
@@ -124,13 +104,15 @@ class LoopCarry(eqx.Module):
       credit: transitions credited towards the next update (float32).
       core: the actors' recurrent state ``[N, ...]`` (``None`` for feed-forward agents).
       pending: the step acted on, waiting for the environment's answer.
-      metric_sums: sums of the updates' metrics since the last log, ``[len(METRICS)]``.
+      metric_sums: sums of the updates' metrics since the last log, ``[len(metric_names)]``.
       metric_count: updates summed in ``metric_sums`` (int32).
       last_loss: the latest update's loss (NaN before the first update).
       actor: the online network the actors act with: the learner's before its latest update.
       actor_report: ``[updates, loss]`` of the learner state ``actor`` came from (what the host
         watches without waiting for the update in flight).
-      deferred: the latest update's priorities, not yet written (``None`` for uniform replay).
+      deferred: the latest update's priorities, not yet written (``None`` for uniform replay;
+        :meth:`zoo.replay.Replay.write_priorities` writes them).
+      metric_names: the names of ``metric_sums``' entries (the loss's ``metric_names``).
     """
 
     learner: LearnerState
@@ -145,7 +127,8 @@ class LoopCarry(eqx.Module):
     last_loss: jax.Array
     actor: Any
     actor_report: jax.Array
-    deferred: Deferred | None
+    deferred: PendingPriorities | None
+    metric_names: tuple[str, ...] = eqx.field(static=True)
 
     def metric_means(self) -> dict[str, float]:
         """Means of the metrics since they were last reset (empty before any update)."""
@@ -153,7 +136,8 @@ class LoopCarry(eqx.Module):
         if count == 0:
             return {}
         sums = np.asarray(self.metric_sums)
-        return {name: float(value) / count for name, value in zip(METRICS, sums, strict=True)}
+        names = self.metric_names
+        return {name: float(value) / count for name, value in zip(names, sums, strict=True)}
 
     def reset_metrics(self) -> LoopCarry:
         """The carry with the metric sums cleared."""
@@ -260,7 +244,7 @@ class Loop:
         self._max_updates = (spec.schedule.update_period - 1 + n) // spec.schedule.update_period
         self._min_size = int(spec.replay.min_size)
         self._batch_size = int(spec.replay.batch_size)
-        self._prioritized = replay_kind(spec).prioritized
+        self.metric_names = tuple(learner.loss.metric_names)
         # several local devices: the same update, data-parallel (shard_map inside the body)
         self.devices = len(jax.local_devices())
         self._update = sharded_update(spec) if self.devices > 1 else learner.update
@@ -280,6 +264,10 @@ class Loop:
         )
         self._host_env_steps = 0
         self._host_credit = 0.0
+
+    def epsilon(self, env_steps: Any) -> jax.Array:
+        """ε of the actors after ``env_steps`` transitions (``schedule.epsilon``)."""
+        return self._epsilon(env_steps)
 
     def first_act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
         """Act on the first observation after a reset (nothing to insert yet)."""
@@ -333,15 +321,6 @@ class Loop:
         n = self.num_envs
         obs = jnp.zeros((n, *self.env.observation_shape), self.env.observation_dtype)
         flags = jnp.zeros((n,), bool)
-        deferred = None
-        if self._prioritized:
-            b = self._batch_size
-            deferred = Deferred(
-                indices=jnp.zeros((b,), jnp.int32),
-                priorities=jnp.zeros((b,), jnp.float32),
-                sampled_at=jnp.zeros((), jnp.int32),
-                valid=jnp.zeros((), bool),
-            )
         carry = LoopCarry(
             learner=learner_state,
             replay=self.replay.init(),
@@ -350,12 +329,13 @@ class Loop:
             credit=jnp.zeros((), jnp.float32),
             core=self.batched_initial,
             pending=Pending(obs, jnp.zeros((n,), jnp.int32), flags, flags, self.batched_initial),
-            metric_sums=jnp.zeros((len(METRICS),), jnp.float32),
+            metric_sums=jnp.zeros((len(self.metric_names),), jnp.float32),
             metric_count=jnp.zeros((), jnp.int32),
             last_loss=jnp.full((), jnp.nan, jnp.float32),
             actor=None,
             actor_report=None,
-            deferred=deferred,
+            deferred=self.replay.no_pending_priorities(self._batch_size),
+            metric_names=self.metric_names,
         )
         return self.with_learner(carry, learner_state)
 
@@ -389,10 +369,7 @@ class Loop:
             "key": carry.key,
         }
         if save_replay:
-            replay = carry.replay
-            if carry.deferred is not None:
-                replay = self._write_deferred(replay, carry.deferred)
-            state["replay"] = replay
+            state["replay"] = self.replay.write_priorities(carry.replay, carry.deferred)
         return state
 
     def _act_on(self, carry: LoopCarry, observation, first, valid) -> tuple[LoopCarry, jax.Array]:
@@ -415,31 +392,18 @@ class Loop:
         )
         return key, core, pending, actions, report
 
-    def _write_deferred(self, replay_state: Any, deferred: Deferred) -> Any:
-        """The replay with the latest update's priorities written (if an update has run)."""
-        written = self.replay.update_priorities(
-            replay_state, deferred.indices, deferred.priorities, deferred.sampled_at
-        )
-        return replay_state._replace(
-            weight=jnp.where(deferred.valid, written.weight, replay_state.weight),
-            max_priority=jnp.where(deferred.valid, written.max_priority, replay_state.max_priority),
-        )
-
-    def _sample_fields(self, replay_state: Any, deferred: Deferred | None, key: jax.Array):
+    def _sample_fields(self, replay_state: Any, deferred: PendingPriorities | None, key):
         """Write the previous update's priorities, then draw a batch (replay → batch)."""
-        if deferred is not None:
-            replay_state = self._write_deferred(replay_state, deferred)
+        replay_state = self.replay.write_priorities(replay_state, deferred)
         key, sub = jax.random.split(key)
         batch, info = self.replay.sample(replay_state, sub, self._batch_size)
-        return replay_state, key, batch, info.indices, replay_state.cursor
+        return replay_state, key, batch, info
 
-    def _update_fields(self, learner_state, batch, indices, sampled_at, sums, count):
+    def _update_fields(self, learner_state, batch, info, sums, count):
         """One update on a sampled batch; its priorities are deferred to the next sample."""
         learner_state, aux = self._update(learner_state, batch)
-        metrics = jnp.stack([jnp.asarray(aux.metrics[m], jnp.float32) for m in METRICS])
-        deferred = None
-        if self._prioritized:
-            deferred = Deferred(indices, aux.priorities, sampled_at, jnp.ones((), bool))
+        metrics = jnp.stack([jnp.asarray(aux.metrics[m], jnp.float32) for m in self.metric_names])
+        deferred = self.replay.defer_priorities(info, aux.priorities)
         return learner_state, deferred, sums + metrics, count + 1, metrics[0]
 
     def _learn(self, carry: LoopCarry, sample, update, report_of, barrier: bool) -> LoopCarry:
@@ -448,13 +412,13 @@ class Loop:
         spend ``update_period`` of credit. ``sample``/``update``/``report_of`` are the pure
         functions (compiled path) or their asynchronous jits (host path)."""
         actor, report = carry.learner.online, report_of(carry.learner.updates, carry.last_loss)
-        replay, key, batch, indices, sampled_at = sample(carry.replay, carry.deferred, carry.key)
+        replay, key, batch, info = sample(carry.replay, carry.deferred, carry.key)
         if barrier:
             # Materialise the batch: fused into its consumer, the frame gather turns XLA:CPU's
             # convolutions into slow generic loops (measured).
             batch = jax.lax.optimization_barrier(batch)
         learner, deferred, sums, count, loss = update(
-            carry.learner, batch, indices, sampled_at, carry.metric_sums, carry.metric_count
+            carry.learner, batch, info, carry.metric_sums, carry.metric_count
         )
         return dataclasses.replace(
             carry, learner=learner, replay=replay, key=key, deferred=deferred, metric_sums=sums,
@@ -497,13 +461,13 @@ class Loop:
 
         def pack(c: LoopCarry) -> tuple:
             return (
-                c.learner, c.replay.weight, c.replay.max_priority, c.key, c.deferred,
+                c.learner, self.replay.priority_state(c.replay), c.key, c.deferred,
                 c.metric_sums, c.metric_count, c.last_loss, c.actor, c.actor_report, c.credit,
             )  # fmt: skip
 
         def unpack(fields: tuple) -> LoopCarry:
-            learner, weight, top, key, deferred, sums, count, loss, actor, report, credit = fields
-            replay = carry.replay._replace(weight=weight, max_priority=top)
+            learner, priorities, key, deferred, sums, count, loss, actor, report, credit = fields
+            replay = self.replay.with_priority_state(carry.replay, priorities)
             return dataclasses.replace(
                 carry, learner=learner, replay=replay, key=key, deferred=deferred,
                 metric_sums=sums, metric_count=count, last_loss=loss, actor=actor,
@@ -724,7 +688,7 @@ class Trainer:
                 "env_steps": env_steps,
                 "updates": updates,
                 "games": self.games,
-                "epsilon": float(self.loop._epsilon(env_steps)),
+                "epsilon": float(self.loop.epsilon(env_steps)),
                 "loop": cfg.loop,
                 "env_steps_per_s": (env_steps - steps0) / elapsed,
                 "updates_per_s": (updates - updates0) / elapsed,
