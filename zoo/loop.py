@@ -46,7 +46,7 @@ import numpy as np
 from zoo._jit import async_jit
 from zoo.checkpoint import Checkpointer
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
-from zoo.learner import Learner, LearnerState, sharded_update
+from zoo.learner import DataParallelLearner, Learner, LearnerState
 from zoo.metrics import MetricsLogger, Progress
 from zoo.replay import PendingPriorities, StepBatch
 from zoo.schedules import build_schedule
@@ -211,7 +211,8 @@ class Loop:
     Args:
       spec: the algorithm.
       env: the training environments (only their shapes and, for :meth:`chunk`, XLA interface).
-      learner: the learner.
+      learner: the learner whose update the loop runs (a :class:`~zoo.learner.Learner`, or a
+        :class:`~zoo.learner.DataParallelLearner` for an update over several devices).
       replay: the replay (built for ``env.num_envs`` environments).
       initial_core_state: one env's initial recurrent state (recurrent specs).
     """
@@ -220,7 +221,7 @@ class Loop:
         self,
         spec: AlgorithmSpec,
         env: VectorEnv,
-        learner: Learner,
+        learner: Learner | DataParallelLearner,
         replay: Any,
         initial_core_state: Any = None,
     ):
@@ -245,9 +246,10 @@ class Loop:
         self._min_size = int(spec.replay.min_size)
         self._batch_size = int(spec.replay.batch_size)
         self.metric_names = tuple(learner.loss.metric_names)
-        # several local devices: the same update, data-parallel (shard_map inside the body)
-        self.devices = len(jax.local_devices())
-        self._update = sharded_update(spec) if self.devices > 1 else learner.update
+        # the update of the learner it was given: data-parallel inside the body when that is a
+        # DataParallelLearner (zoo.learner.learner_for_devices picks one per host)
+        self.devices = learner.num_devices
+        self._update = learner.update
         # Host path: the replay is donated to the insert and the sample (updated in place,
         # never copied); the insert and the act never take the learner's buffers. The learner
         # state is not donated: XLA:CPU runs this parameter update 15-25% slower with donation,
