@@ -96,3 +96,25 @@ def test_atari_preset_with_1m_replay_stays_within_replay_plus_overhead(tmp_path:
     )
     assert peak_fresh <= bound, f"fresh run peaked at {peak_fresh:.2f} GiB > {bound:.2f} GiB"
     assert peak_resume <= bound, f"resume peaked at {peak_resume:.2f} GiB > {bound:.2f} GiB"
+
+
+@pytest.mark.skipif(
+    (MemoryPlan(0, 1).available or 0) > 30 * GIB, reason="R2D2's 4M replay fits on this machine"
+)
+def test_r2d2_preset_that_cannot_fit_is_refused_before_anything_starts(tmp_path: Path, capsys):
+    """``zoo reproduce r2d2`` names the preset's 4M-transition replay (~28 GiB), not the
+    same-named catalogue entry's 1M, and the override that fits; nothing is written."""
+    from zoo import cli
+
+    code = cli.main(
+        [
+            "reproduce", "r2d2", "--games", "Pong", "--frames", "400000",
+            "--run-dir", str(tmp_path / "out"), "--set", "replay.min_size=20000",
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "its replay of 4,000,000 transitions is 26.71 GiB" in err
+    fit = int(err.split("--set replay.capacity=")[1].split()[0])
+    assert 0 < fit < 4_000_000
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.yaml"))

@@ -358,3 +358,13 @@ def test_bad_override_syntax():
         spec.parse_overrides(["loss.n_step"])
     with pytest.raises(SpecError, match="unknown field 'n_stp'"):
         spec.load_algorithm("dqn", overrides=spec.parse_overrides(["loss.n_stp=3"]))
+
+
+def test_preset_prefix_names_the_preset_where_a_catalogue_entry_shares_its_name():
+    """``c51`` is the catalogue entry; ``preset:c51`` the dqn_zoo preset (other values)."""
+    assert not spec.is_preset("c51") and spec.is_preset("preset:c51")
+    preset = spec.load_preset("preset:c51")
+    assert preset.name == "c51" and preset.env.protocol == "nature_2015"
+    entry, pinned = spec.load_algorithm("c51"), spec.algorithm_for(preset)
+    assert entry.name == pinned.name == "c51"
+    assert entry != pinned  # the preset's published values differ from the entry's defaults

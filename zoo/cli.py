@@ -272,6 +272,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             eval_every=args.eval_every,
             checkpoint_every=args.checkpoint_every,
             num_envs=args.num_envs,
+            overrides=spec.parse_overrides(args.set or []),
         )
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
         return _reference_error("reproduce", e)
@@ -473,6 +474,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
     p.add_argument(
         "--checkpoint-every", type=_COUNT, help="transitions between each run's checkpoints"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="dotted override of the preset for new runs, e.g. replay.capacity=400000 (recorded "
+        "in each run's spec; comparisons note the runs that differ from the preset)",
     )
     p.add_argument(
         "--num-envs", type=_NUM_ENVS, help="parallel environments (default: the preset's)"

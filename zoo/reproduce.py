@@ -17,7 +17,7 @@ frames / the protocol's frame skip (4 on Atari, 1 elsewhere).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,7 @@ def reproduce(
     eval_episodes: int = 10,
     eval_every: int | None = None,
     checkpoint_every: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
     num_envs: int | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
@@ -134,6 +135,8 @@ def reproduce(
       eval_episodes, eval_every: evaluation size and cadence (transitions) of each run.
       checkpoint_every: transitions between each run's checkpoints (default: a fifth of the
         budget); a long run interrupted loses at most this much.
+      overrides: dotted overrides of the preset for new runs (``{"replay.capacity": 400000}``
+        where the preset's replay does not fit); a resumed run keeps its own spec.
       num_envs: parallel environments (default: the preset's).
       progress: show each run's progress line on a terminal.
       log: where status lines go.
@@ -148,6 +151,8 @@ def reproduce(
     if seeds < 1:
         raise ReproduceError(f"--seeds must be at least 1, not {seeds}")
     loaded = spec_lib.load_preset(preset)
+    # the preset itself, also where a catalogue entry shares its name (a bare "c51" is the entry)
+    preset_ref = preset if spec_lib.is_preset(preset) else f"{spec_lib.PRESET_PREFIX}{preset}"
     protocol = loaded.env.protocol
     skip = _frame_skip(protocol)
     if reference is not None:  # refuse a cross-protocol comparison before training anything
@@ -208,7 +213,8 @@ def reproduce(
             else:
                 log(f"{path}: training {steps:,} env steps")
                 train(
-                    preset,
+                    preset_ref,
+                    overrides=overrides,
                     env=env_id,
                     total_env_steps=steps,
                     seed=seed,

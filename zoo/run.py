@@ -224,6 +224,11 @@ def _resolve(
     if isinstance(algorithm, AlgorithmSpec):
         return spec_lib.load_algorithm(algorithm, overrides=overrides), None, {}
     name = str(algorithm)
+    if name in spec_lib.algorithm_names() and name in spec_lib.preset_names():
+        _say(
+            f"note: {name!r} is a catalogue entry and a preset; training the entry (the preset: "
+            f"{spec_lib.PRESET_PREFIX}{name})"
+        )
     if spec_lib.is_preset(name):
         preset = spec_lib.load_preset(name)
         merged = spec_lib.apply_overrides(preset.overrides, overrides)

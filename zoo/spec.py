@@ -1460,10 +1460,17 @@ def load_algorithm(
     return _build_algorithm(catalogue, ref, str(catalogue_path()), overrides)
 
 
+PRESET_PREFIX = "preset:"
+"""``preset:NAME`` always names the shipped preset ``NAME``, also where a catalogue entry has
+the same name (``c51``, ``qr_dqn``, ``rainbow``, ``r2d2``, ...: the bare name is the entry)."""
+
+
 def is_preset(ref: str | os.PathLike[str]) -> bool:
-    """Whether ``ref`` names a preset: a shipped preset that is not also a catalogue name, or a
-    YAML file of preset form (a top-level ``algorithm:`` naming an entry)."""
+    """Whether ``ref`` names a preset: ``preset:NAME``, a shipped preset that is not also a
+    catalogue name, or a YAML file of preset form (a top-level ``algorithm:`` naming an entry)."""
     ref = str(ref)
+    if ref.startswith(PRESET_PREFIX):
+        return True
     if not _looks_like_path(ref):
         return ref in preset_names() and ref not in algorithm_names()
     path, name = _split_ref(ref)
@@ -1473,9 +1480,12 @@ def is_preset(ref: str | os.PathLike[str]) -> bool:
 
 
 def load_preset(ref: str | os.PathLike[str]) -> Preset:
-    """Load a shipped preset by name or a preset file by path; its algorithm is validated too."""
+    """Load a shipped preset by name (or ``preset:NAME``) or a preset file by path; its
+    algorithm is validated too."""
     ref = str(ref)
-    if _looks_like_path(ref):
+    named = ref.startswith(PRESET_PREFIX)
+    ref = ref.removeprefix(PRESET_PREFIX)
+    if _looks_like_path(ref) and not named:
         path = Path(ref)
     else:
         path = presets_dir() / f"{ref}.yaml"
