@@ -115,32 +115,14 @@ class LoopCarry(eqx.Module):
     metric_names: tuple[str, ...] = eqx.field(static=True)
 
     def learning(self) -> LearnCarry:
-        """The fields a learn step reads and writes, besides the replay state."""
-        return LearnCarry(
-            learner=self.learner,
-            key=self.key,
-            deferred=self.deferred,
-            metric_sums=self.metric_sums,
-            metric_count=self.metric_count,
-            last_loss=self.last_loss,
-            actor=self.actor,
-            actor_report=self.actor_report,
-        )
+        """The fields a learn step reads and writes, besides the replay state (a
+        :class:`~zoo.learn.LearnCarry`: the carry holds each of its fields under its name)."""
+        return LearnCarry(**{name: getattr(self, name) for name in _LEARN_FIELDS})
 
     def with_learning(self, learning: LearnCarry, **changes: Any) -> LoopCarry:
         """The carry with a learn step's fields (and any other ``changes``) replaced."""
-        return dataclasses.replace(
-            self,
-            learner=learning.learner,
-            key=learning.key,
-            deferred=learning.deferred,
-            metric_sums=learning.metric_sums,
-            metric_count=learning.metric_count,
-            last_loss=learning.last_loss,
-            actor=learning.actor,
-            actor_report=learning.actor_report,
-            **changes,
-        )
+        fields = {name: getattr(learning, name) for name in _LEARN_FIELDS}
+        return dataclasses.replace(self, **fields, **changes)
 
     def metric_means(self) -> dict[str, float]:
         """Means of the metrics since they were last reset (empty before any update)."""
@@ -158,6 +140,10 @@ class LoopCarry(eqx.Module):
             self,
             (jnp.zeros_like(self.metric_sums), jnp.zeros_like(self.metric_count)),
         )
+
+
+#: The fields of :class:`LoopCarry` a learn step owns: those of :class:`~zoo.learn.LearnCarry`.
+_LEARN_FIELDS = tuple(f.name for f in dataclasses.fields(LearnCarry))
 
 
 @dataclass
