@@ -52,7 +52,7 @@ import numpy as np
 
 from zoo.actor import Actor, Pending, make_act, starts_transition
 from zoo.checkpoint import Checkpointer
-from zoo.drivers import DRIVERS, Driver
+from zoo.drivers import DRIVERS, Driver, HostDriver
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
 from zoo.learn import LearnCarry, LearnStep, UpdateCredit
 from zoo.learner import DataParallelLearner, Learner, LearnerState
@@ -223,8 +223,8 @@ class Loop:
         self.credit = UpdateCredit(spec, self.num_envs)
         self.metric_names = self.learn_step.metric_names
         self.devices = learner.num_devices
-        self._drivers: dict[str, Driver] = {}
-        self.host = self.driver("host")
+        self.host = HostDriver(self)
+        self._drivers: dict[str, Driver] = {HostDriver.name: self.host}
 
     def driver(self, name: str) -> Driver:
         """The driver ``name`` of :data:`zoo.drivers.DRIVERS` for this loop (built once)."""
