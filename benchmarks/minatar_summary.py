@@ -1,6 +1,6 @@
 """Summarise MinAtar run directories into the markdown tables of docs/minatar_runs.md.
 
-    python benchmarks/minatar_summary.py /work/minatar_runs    # prints markdown
+    python benchmarks/minatar_summary.py RUNS    # prints markdown (RUNS: the folder of run dirs)
 
 Reads each ``<preset>-<game>-s<seed>/`` run directory (``run.yaml``, ``eval.jsonl``,
 ``metrics.jsonl``) and prints, per algorithm × game, the final greedy evaluation return and the

@@ -167,7 +167,8 @@ def _require(module: str) -> Any:
     except ImportError as err:
         raise PeerSetupError(
             f"cannot import {module!r} ({err}). Install the peers: "
-            "pip install /opt/wheels/torch-*+cpu-*.whl && pip install -e '.[peers]' "
+            "pip install torch --index-url https://download.pytorch.org/whl/cpu && "
+            "pip install -e '.[peers]' "
             "(see benchmarks/PEERS.md)"
         ) from err
 

@@ -202,10 +202,10 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
     carry, actions = loop.first_act(carry, ts)
     for _ in range(spec.replay.min_size // num_envs + 2):  # fill past min_size (no updates)
         ts = env.step(np.asarray(actions))
-        replay_state, steps, credit = loop._jit_insert(
+        replay_state, steps, credit = loop.host.insert(
             ts, carry.replay, carry.pending, carry.env_steps, carry.credit
         )
-        key, core, pending, actions, _ = loop._jit_act(
+        key, core, pending, actions, _ = loop.host.act(
             ts, carry.key, carry.core, carry.actor, carry.actor_report, steps
         )
         carry = dataclasses.replace(
@@ -221,12 +221,12 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
 
     def act():
         c = state["carry"]
-        out = loop._jit_act(state["ts"], c.key, c.core, c.actor, c.actor_report, c.env_steps)
+        out = loop.host.act(state["ts"], c.key, c.core, c.actor, c.actor_report, c.env_steps)
         np.asarray(out[3])
 
     def insert():
         c = state["carry"]
-        replay_state, steps, credit = loop._jit_insert(
+        replay_state, steps, credit = loop.host.insert(
             state["ts"], c.replay, c.pending, c.env_steps, c.credit
         )
         _block(steps)
@@ -234,17 +234,17 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
 
     def sample():
         c = state["carry"]
-        replay_state, key, batch, indices, at = loop._jit_sample(c.replay, c.deferred, c.key)
+        replay_state, key, batch, info = loop.host.sample(c.replay, c.deferred, c.key)
         _block(batch)
         state["carry"] = dataclasses.replace(c, replay=replay_state, key=key)
-        state["batch"] = (batch, indices, at)
+        state["batch"] = (batch, info)
 
     sample()
 
     def update():
         c = state["carry"]
-        batch, indices, at = state["batch"]
-        out = loop._jit_update(c.learner, batch, indices, at, c.metric_sums, c.metric_count)
+        batch, info = state["batch"]
+        out = loop.host.update(c.learner, batch, info, c.metric_sums, c.metric_count)
         _block(out[0].updates)
         state["carry"] = dataclasses.replace(c, learner=out[0])
 
@@ -258,7 +258,7 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
         @jax.jit
         def learn_k(dynamic):
             def body(d, _):
-                c = loop._learn_once(eqx.combine(d, static))
+                c = loop.learn(eqx.combine(d, static))
                 return eqx.partition(c, eqx.is_array)[0], None
 
             return jax.lax.scan(body, dynamic, None, length=k)[0]
@@ -306,7 +306,7 @@ def isolated_update(quick: bool) -> float:
     import numpy as np
 
     import zoo
-    from zoo._jit import async_jit
+    from zoo.jit import async_jit
     from zoo.learner import Learner
 
     spec = zoo.load_algorithm("dqn")
@@ -472,14 +472,14 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
         state = {"replay": full, "key": carry.key, "learner": carry.learner}
 
         def sample(loop=loop, carry=carry, state=state):
-            r, k, batch, idx, at = loop._jit_sample(state["replay"], carry.deferred, state["key"])
+            r, k, batch, info = loop.host.sample(state["replay"], carry.deferred, state["key"])
             _block(batch)
-            state.update(replay=r, key=k, batch=(batch, idx, at))
+            state.update(replay=r, key=k, batch=(batch, info))
 
         def update(loop=loop, carry=carry, state=state):
-            batch, idx, at = state["batch"]
-            out = loop._jit_update(
-                state["learner"], batch, idx, at, carry.metric_sums, carry.metric_count
+            batch, info = state["batch"]
+            out = loop.host.update(
+                state["learner"], batch, info, carry.metric_sums, carry.metric_count
             )
             _block(out[0].updates)
             state["learner"] = out[0]

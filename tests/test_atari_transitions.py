@@ -167,7 +167,7 @@ def assert_same(actual, expected, what: str) -> None:
 
 
 def n_step_window(s: dict[str, np.ndarray], e: int, t: int) -> tuple[float, float, int]:
-    """DESIGN.md's n-step reward and discount of the window starting at t, and its length k."""
+    """docs/design.md's n-step reward and discount of the window starting at t, and its length k."""
     ends = [u for u in range(t, t + N_STEP) if s["terminated"][e, u] or s["truncated"][e, u]]
     k = min(N_STEP, ends[0] - t + 1) if ends else N_STEP
     reward, alive = 0.0, 1.0

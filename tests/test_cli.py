@@ -22,7 +22,7 @@ import zoo
 from zoo import cli, spec
 from zoo.spec import AlgorithmSpec
 
-#: Catalogue names DESIGN.md requires (reference losses, paper algorithms, novel compositions).
+#: Catalogue names docs/design.md names (reference losses, paper algorithms, novel compositions).
 REQUIRED = {
     "dqn",
     "dqn_reg",

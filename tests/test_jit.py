@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo._jit import async_jit
+from zoo.jit import async_jit
 
 
 class Scale(eqx.Module):

@@ -1,11 +1,11 @@
 """The shipped presets: each validates and builds, each paper value checked in a source file is
 pinned here, each overridden field names its source, and recalled values are marked as such.
 
-``PUBLISHED`` is the table of values marked [V] (checked in a source file) in
-``shared/reference/published_hyperparameters.md``, one row per value with the file it was checked
-in, converted to zoo's units (transitions; learner updates for ``target_update_period`` and β).
-A later edit of a preset that silently changes one of them fails here. ``RECALLED`` lists the
-values marked [R] there, which a preset must tag [R] in ``reference.sources``.
+``PUBLISHED`` is the table of the published values checked in a source file ([V]), one row per
+value with the file it was checked in, converted to zoo's units (transitions; learner updates for
+``target_update_period`` and β). A later edit of a preset that silently changes one of them fails
+here. ``RECALLED`` lists the values recalled from a paper and not checked in a source file ([R]),
+which a preset must tag [R] in ``reference.sources``.
 Spec-level only (no JAX compiles): networks are built under ``eqx.filter_eval_shape``.
 """
 
@@ -247,7 +247,7 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
     },
 }
 
-#: preset -> fields whose value published_hyperparameters.md marks [R] (recalled, not checked).
+#: preset -> fields whose published value is recalled from the paper, not checked ([R]).
 RECALLED: dict[str, list[str]] = {
     "dqn_nature": ["budget"],
     "dqn_reg": [

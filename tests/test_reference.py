@@ -1,7 +1,7 @@
 """Reference series: loading, lookups at a frame budget, human normalisation, protocol refusal.
 
-Expected values are read by hand from the CSV files in /work/shared/reference (copied into
-zoo/reference_data with their sources).
+Expected values are read by hand from the CSV files in zoo/reference_data (each names its source
+in its header).
 """
 
 from __future__ import annotations

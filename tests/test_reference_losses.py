@@ -1,10 +1,11 @@
 """Exactness of the reference catalogue entries against an rlax oracle run in float64.
 
-Each catalogue entry that mirrors one of DeepMind Acme's JAX losses (DESIGN.md, "Loss semantics")
-is compared, value, priorities and gradient, with an *oracle*: the same rlax functions combined the
-way the reference loss combines them, evaluated in float64 on a float64 copy of the networks and of
-the batch. The project's loss runs in float32 on the float32 networks, as in training (tolerances
-justified at ``TOLERANCE``), and once more in float64, where it must agree to ~roundoff.
+Each catalogue entry that mirrors one of DeepMind Acme's JAX losses (docs/design.md, "Loss
+semantics") is compared, value, priorities and gradient, with an *oracle*: the same rlax functions
+combined the way the reference loss combines them, evaluated in float64 on a float64 copy of the
+networks and of the batch. The project's loss runs in float32 on the float32 networks, as in
+training (tolerances justified at ``TOLERANCE``), and once more in float64, where it must agree to
+~roundoff.
 
 The oracle is written from the reference's semantics (not copied from it) and is itself checked
 first: against hand-computed numbers on two-example batches and against independent numpy
@@ -12,7 +13,7 @@ formulas (a naive n-step loop for R2D2, a naive categorical projection for C51, 
 Huber loss for QR-DQN).
 
 The networks here are this file's own tiny Equinox modules, independent of ``zoo.networks``; they
-follow the network protocol of DESIGN.md ("Public Python API") and spread their Q values widely
+follow the network protocol of docs/design.md ("Public Python API") and spread their Q values widely
 (|Q| of a few units, gaps far above M-DQN's temperature) so that argmaxes are unambiguous and
 M-DQN's log-policy clip binds for some items and not for others.
 
@@ -69,7 +70,7 @@ Array = jax.Array
 
 
 # --------------------------------------------------------------------------------------------
-# Test networks (this file's own; they follow DESIGN.md's protocol, independent of zoo.networks)
+# Test networks (this file's own; docs/design.md's network protocol, independent of zoo.networks)
 # --------------------------------------------------------------------------------------------
 
 
@@ -218,7 +219,7 @@ def to_float64(tree: Any) -> Any:
 
 
 class OracleHyper(NamedTuple):
-    """Reference hyperparameters of one entry (DESIGN.md, "Loss semantics")."""
+    """Reference hyperparameters of one entry (docs/design.md, "Loss semantics")."""
 
     discount: float
     reward_clip: float | None = None

@@ -2,7 +2,7 @@
 sequences, jit/scan, memory.
 
 Every sampled item is checked against an independent Python model of the stream: the histories
-are kept in lists and items are recomputed from the formulas of DESIGN.md ("n-step
+are kept in lists and items are recomputed from the formulas of docs/design.md ("n-step
 transitions"), not from the replay's code.
 """
 
@@ -143,7 +143,7 @@ def ref_stack(s: Stream, t: int, stack: int) -> np.ndarray:
 
 
 def ref_window(s: Stream, t: int, n: int, gamma: float) -> tuple[float, float, int]:
-    """DESIGN.md's n-step reward and discount of the window starting at t, and its length k."""
+    """docs/design.md's n-step reward and discount of the window starting at t, and its length k."""
     ends = [u for u in range(t, t + n) if s.terminated[u] or s.truncated[u]]
     k = min(n, ends[0] - t + 1) if ends else n
     d = [1.0 - float(s.terminated[t + i]) for i in range(k)]

@@ -2,8 +2,11 @@
 
 ``Learner(spec)`` builds the loss (:func:`zoo.build_loss`) and the optimizer
 (:func:`zoo.build_optimizer`) once; ``learner.update(state, batch)`` is a pure function of
-explicit state, ready for ``eqx.filter_jit`` (and, with ``axis_name``, for ``pmap``/``shard_map``:
-gradients are averaged with ``pmean`` and the importance-weight normaliser is the global max).
+explicit state, ready for ``jit`` and ``lax.scan``. :class:`DataParallelLearner` is the one
+data-parallel form of the same update (``shard_map`` over devices: gradients averaged with
+``pmean``, the importance-weight normaliser the global max), with the same interface; the
+training loop runs whichever learner it is given, and a run picks it with
+:func:`learner_for_devices`.
 
 Target updates happen every ``schedule.target_update_period`` learner updates:
 ``target ← rate·online + (1 − rate)·target`` with ``rate = schedule.target_update_rate`` (1 copies
@@ -12,7 +15,6 @@ the online parameters, as DQN; below 1 is Polyak averaging).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -23,11 +25,10 @@ import optax
 
 from zoo.losses import build_loss
 from zoo.optimizers import build_optimizer
-from zoo.replay.kinds import replay_kind
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, SequenceBatch, Transition
 
-__all__ = ["DataParallelLearner", "Learner", "LearnerState", "sharded_update"]
+__all__ = ["DataParallelLearner", "Learner", "LearnerState", "learner_for_devices"]
 
 
 class LearnerState(eqx.Module):
@@ -54,7 +55,13 @@ class Learner:
     Args:
       spec: a validated algorithm spec.
       axis_name: the device axis when run under ``pmap``/``shard_map``; ``None`` on one device.
+
+    Attributes:
+      loss: the composed loss (its ``metric_names`` and ``prioritized`` describe ``LossAux``).
+      num_devices: the local devices one update runs on (1).
     """
+
+    num_devices = 1
 
     def __init__(self, spec: AlgorithmSpec, *, axis_name: str | None = None):
         self.spec = spec
@@ -110,25 +117,38 @@ class Learner:
 
 
 class DataParallelLearner:
-    """The learner's update under ``pmap`` over devices: one update step on a global batch.
+    """The learner's update data-parallel over devices: one update step on a global batch.
 
-    Every device holds a replica of the state and a shard of the batch; gradients are averaged
-    with ``pmean`` and the importance-weight normaliser is the global maximum, so the update equals
-    the single-device update on the whole batch (to float tolerance). Under ``jax.distributed``
-    the devices of every process take part; each process feeds the shards of its local devices.
+    ``jax.shard_map`` over a mesh of ``devices``: the state is replicated, the batch is split
+    along its leading axis, gradients and metrics are averaged with ``pmean`` and the
+    importance-weight normaliser is the global maximum, so the update equals :class:`Learner`'s
+    on the whole batch (to float tolerance: the halves' gradients are summed in another order).
+
+    :meth:`update` is a function of explicit state like :meth:`Learner.update`: called inside
+    ``jit`` or ``lax.scan`` (the training loop does), or on its own. Under ``jax.distributed``
+    with ``devices`` spanning processes, each process calls it with its share of the global
+    batch (its local devices' shards) and gets the priorities of that share back; the state is
+    then a global replicated array (:meth:`unreplicate` gives this process's copy).
 
     Args:
       spec: a validated algorithm spec.
-      devices: the devices to use (default: every device of every process; each process feeds
-        its local ones).
+      devices: the devices to use (default: every device of every process).
+
+    Attributes:
+      learner: the per-device :class:`Learner` (its loss reduces over :attr:`axis_name`).
+      devices: the mesh's devices; ``num_devices`` the local ones among them.
     """
 
     axis_name = "devices"
 
     def __init__(self, spec: AlgorithmSpec, devices: list[Any] | None = None):
+        from jax.sharding import Mesh
+
+        self.spec = spec
         self.devices = list(devices) if devices is not None else jax.devices()
         local = [d for d in self.devices if d.process_index == jax.process_index()]
         self.num_devices = len(local)
+        self._multiprocess = len(local) < len(self.devices)
         batch = spec.replay.batch_size
         total = len(self.devices)
         if batch % total != 0:
@@ -137,96 +157,106 @@ class DataParallelLearner:
                 f"--set replay.batch_size=<a multiple of {total}>"
             )
         self.learner = Learner(spec, axis_name=self.axis_name)
-        self._devices_arg = None if devices is None else tuple(devices)
+        self.loss = self.learner.loss
+        self.mesh = Mesh(np.asarray(self.devices), (self.axis_name,))
         self._compiled: dict[Any, Any] = {}
 
-    def _pmapped(self, static: Any) -> Any:
-        """``jax.pmap`` of the update over the state's arrays, its static part closed over."""
+    def __repr__(self) -> str:
+        return f"DataParallelLearner({self.spec.name or 'custom'}, devices={len(self.devices)})"
+
+    def _sharded(self, static: Any) -> Any:
+        """The update of the state's arrays under ``shard_map`` (jitted), its static part closed
+        over; one compiled function per static part."""
         if static not in self._compiled:
+            from jax.sharding import PartitionSpec as P
 
-            def update(arrays, batch):
-                state, aux = self.learner.update(eqx.combine(arrays, static), batch)
-                return eqx.filter(state, eqx.is_array), aux
+            split = P(self.axis_name)
+            priorities = split if self.loss.prioritized else None
 
-            self._compiled[static] = jax.pmap(
-                update, axis_name=self.axis_name, devices=self._devices_arg
+            def local(arrays: Any, batch: Any):
+                new, aux = self.learner.update(eqx.combine(arrays, static), batch)
+                return eqx.filter(new, eqx.is_array), aux
+
+            self._compiled[static] = jax.jit(
+                jax.shard_map(
+                    local,
+                    mesh=self.mesh,
+                    in_specs=(P(), split),
+                    out_specs=(P(), LossAux(priorities=priorities, metrics=P())),
+                    check_vma=False,
+                )
             )
         return self._compiled[static]
 
     def init(self, network: Any, key: jax.Array) -> LearnerState:
-        """A replicated initial state (leading device axis on every array)."""
+        """The initial state (the same as :meth:`Learner.init`; replicated across processes)."""
         return self.replicate(self.learner.init(network, key))
 
-    def replicate(self, tree: Any) -> Any:
-        """Put a copy of ``tree``'s arrays on every device (leading device axis)."""
-        arrays, static = eqx.partition(tree, eqx.is_array)
-        n = self.num_devices
-        arrays = jax.tree.map(lambda x: jnp.broadcast_to(x[None], (n, *x.shape)), arrays)
-        return eqx.combine(arrays, static)
+    def update(
+        self, state: LearnerState, batch: Transition | SequenceBatch
+    ) -> tuple[LearnerState, LossAux]:
+        """One data-parallel update on ``batch`` (this process's share of the global batch).
 
-    def unreplicate(self, tree: Any) -> Any:
-        """The first replica of a replicated ``tree``."""
-        arrays, static = eqx.partition(tree, eqx.is_array)
-        return eqx.combine(jax.tree.map(lambda x: x[0], arrays), static)
-
-    def shard(self, batch: Any) -> Any:
-        """Split this process's batch (its share of the global batch) over its devices."""
-        n = self.num_devices
-        return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n, *x.shape[1:])), batch)
-
-    def update(self, state: LearnerState, batch: Transition | SequenceBatch):
-        """One data-parallel update on the local part of the global batch.
-
-        Returns the replicated state and the loss aux with priorities flattened back to the
-        local batch order (``None`` when the spec does not prioritise).
+        Returns the new state and the loss aux: metrics averaged over the global batch,
+        priorities of ``batch``'s items in its order (``None`` when the spec does not
+        prioritise).
         """
         arrays, static = eqx.partition(state, eqx.is_array)
-        arrays, aux = self._pmapped(static)(arrays, self.shard(batch))
-        state = eqx.combine(arrays, static)
-        priorities = None if aux.priorities is None else aux.priorities.reshape(-1)
-        metrics = jax.tree.map(lambda x: x[0], aux.metrics)
-        return state, LossAux(priorities=priorities, metrics=metrics)
+        if not self._multiprocess:
+            new_arrays, aux = self._sharded(static)(arrays, batch)
+            return eqx.combine(new_arrays, static), aux
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
 
-
-def sharded_update(
-    spec: AlgorithmSpec, devices: list[Any] | None = None
-) -> Callable[[LearnerState, Transition | SequenceBatch], tuple[LearnerState, LossAux]]:
-    """The data-parallel update as a function to call *inside* ``jit`` or ``lax.scan``.
-
-    ``jax.shard_map`` over a mesh of ``devices`` (default: the local ones): the state is
-    replicated, the batch is split along its leading axis, gradients and metrics are averaged
-    with ``pmean`` and the importance-weight normaliser is the global maximum — the same update as
-    :class:`Learner` on the whole batch. The training loop uses it when there are several local
-    devices.
-    """
-    from jax.sharding import Mesh
-    from jax.sharding import PartitionSpec as P
-
-    devices = list(devices) if devices is not None else jax.local_devices()
-    if spec.replay.batch_size % len(devices):
-        raise ValueError(
-            f"replay.batch_size={spec.replay.batch_size} must divide evenly over "
-            f"{len(devices)} devices; set --set replay.batch_size=<a multiple of {len(devices)}>"
+        split = NamedSharding(self.mesh, P(self.axis_name))
+        batch = jax.tree.map(
+            lambda x: jax.make_array_from_process_local_data(split, np.asarray(x)), batch
         )
-    mesh = Mesh(np.asarray(devices), (DataParallelLearner.axis_name,))
-    learner = Learner(spec, axis_name=DataParallelLearner.axis_name)
-    sharded = P(DataParallelLearner.axis_name)
-    priorities = sharded if replay_kind(spec).prioritized else None
+        new_arrays, aux = self._sharded(static)(self._global(arrays), batch)
+        priorities = None if aux.priorities is None else _local_part(aux.priorities)
+        metrics = jax.tree.map(lambda x: x.addressable_data(0), aux.metrics)
+        return eqx.combine(new_arrays, static), LossAux(priorities=priorities, metrics=metrics)
 
-    def update(state: LearnerState, batch: Transition | SequenceBatch):
-        arrays, static = eqx.partition(state, eqx.is_array)
+    def _global(self, arrays: Any) -> Any:
+        """Arrays as global arrays replicated over the mesh (each process holds a full copy)."""
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
 
-        def local(arrays: Any, batch: Any):
-            new, aux = learner.update(eqx.combine(arrays, static), batch)
-            return eqx.filter(new, eqx.is_array), aux
+        replicated = NamedSharding(self.mesh, P())
 
-        new_arrays, aux = jax.shard_map(
-            local,
-            mesh=mesh,
-            in_specs=(P(), sharded),
-            out_specs=(P(), LossAux(priorities=priorities, metrics=P())),
-            check_vma=False,
-        )(arrays, batch)
-        return eqx.combine(new_arrays, static), aux
+        def put(x: Any) -> Any:
+            if isinstance(x, jax.Array) and x.sharding == replicated:
+                return x
+            return jax.make_array_from_process_local_data(replicated, np.asarray(x))
 
-    return update
+        return jax.tree.map(put, arrays)
+
+    def replicate(self, tree: Any) -> Any:
+        """``tree`` ready for :meth:`update`: its arrays replicated over the mesh's processes
+        (unchanged on one process, where ``shard_map`` replicates them itself)."""
+        if not self._multiprocess:
+            return tree
+        arrays, static = eqx.partition(tree, eqx.is_array)
+        return eqx.combine(self._global(arrays), static)
+
+    def unreplicate(self, tree: Any) -> Any:
+        """This process's copy of a state :meth:`update` returned (plain local arrays)."""
+        if not self._multiprocess:
+            return tree
+        arrays, static = eqx.partition(tree, eqx.is_array)
+        return eqx.combine(jax.tree.map(lambda x: x.addressable_data(0), arrays), static)
+
+
+def _local_part(x: jax.Array) -> jax.Array:
+    """The part of a global array split along axis 0 that this process holds, in order."""
+    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+    return jnp.concatenate([s.data for s in shards]) if len(shards) > 1 else shards[0].data
+
+
+def learner_for_devices(spec: AlgorithmSpec) -> Learner | DataParallelLearner:
+    """The learner a run on this host uses: :class:`Learner` on one local device,
+    :class:`DataParallelLearner` over the local devices when there are several."""
+    local = jax.local_devices()
+    if len(local) > 1:
+        return DataParallelLearner(spec, devices=local)
+    return Learner(spec)

@@ -1,31 +1,38 @@
-"""The training loop: act → env step → insert → learn, with evaluation, logging and checkpoints.
+"""The training loop: act → env step → insert → learn, composed of parts with one job each.
 
-One loop body serves every algorithm and both execution paths. Per vector step of N environments:
+Per vector step of ``N`` environments, the *loop body*:
 
 1. **insert** the pending step (the observation acted on, its action and recurrent state) with
-   the environment's answer (reward, terminated, truncated) into the replay, which builds n-step
-   windows, frame stacks and sequences at sample time and never lets a pseudo-step start a
-   transition;
-2. **learn**: once ``replay.min_size`` transitions are in, credit N transitions and run one
-   learner update per ``schedule.update_period`` credited transitions (fractional credit carries
-   over), writing priorities back for prioritised replay;
-3. **act** ε-greedily on the new observation (ε from ``schedule.epsilon`` over transitions; noisy
-   networks carry ε = 0 in their specs and act greedily on a fresh noise sample; recurrent
-   networks reset their core state at each game's first observation) and keep it pending.
+   the environment's answer (reward, terminated, truncated) into the replay (:mod:`zoo.replay`),
+   which builds n-step windows, frame stacks and sequences at sample time and never lets a
+   pseudo-step start a transition; credit the transitions (:class:`zoo.learn.UpdateCredit`);
+2. **learn**: every due update, each a learn step (:class:`zoo.learn.LearnStep`: sample →
+   update → priorities, the priorities written just before the next sample);
+3. **act** ε-greedily on the new observation (:class:`zoo.actor.Actor`) and keep it pending.
 
 **The actors lag the learner by one update**, so that acting and environment steps overlap the
 update instead of waiting for it: each update hands the actors the online network *as it was
-before that update* and the actors act with it until the next update. An update's priorities are
-written into the replay just before the next update samples (steps added in between enter with
-the running maximum priority, as always; an item overwritten in between keeps its new priority).
-Both paths follow this order exactly; only the host path gets the overlap from it (on the
-compiled path everything is one program anyway). Acme's actors lag more (they fetch parameters
+before that update* and the actors act with it until the next update. Steps added between an
+update and the next sample enter with the running maximum priority, as always; an item
+overwritten in between keeps its new priority. Acme's actors lag more (they fetch parameters
 every ``variable_update_period`` steps); the learning tests hold the zoo to its budgets with it.
 
-:meth:`Loop.step` is that body as one jitted call (the *host path*: environments step through
-envpool's Python API between calls). :meth:`Loop.chunk` runs the same body for T vector steps
-inside ``lax.scan`` with envpool's XLA ``step`` (the *compiled path*). Both read and write the
-same :class:`LoopCarry`, so they produce the same transitions and parameters from the same seed.
+The parts:
+
+- :class:`~zoo.actor.Actor`: acting, ε, recurrent state resets;
+- the replay (:class:`~zoo.replay.Replay`): ``init / add / sample / write_priorities / seal``;
+- :class:`~zoo.learn.LearnStep`: sample → update → priorities, and
+  :class:`~zoo.learn.UpdateCredit`, the one statement of when updates are due;
+- the *drivers* (:mod:`zoo.drivers`), which run the body: the host driver (:meth:`Loop.step`:
+  separate jitted calls, environments stepped through envpool's Python API in between) and the
+  compiled driver (:meth:`Loop.chunk`: ``T`` vector steps inside ``lax.scan`` with envpool's
+  XLA ``step``). Both read and write the same :class:`LoopCarry`, so they produce the same
+  transitions and parameters from the same seed.
+
+:class:`Loop` composes the parts for one run and exposes the body's pieces as pure functions
+(:meth:`Loop.insert`, :meth:`Loop.learn`, :meth:`Loop.learn_due`, :meth:`Loop.act`,
+:meth:`Loop.body`), which :mod:`zoo.seeds` and the benchmarks build on. :class:`Trainer` runs one
+run on the host around a driver: episode statistics, logging, evaluation, checkpoints, signals.
 """
 
 from __future__ import annotations
@@ -43,74 +50,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo._jit import async_jit
+from zoo.actor import Actor, Pending, make_act, starts_transition
 from zoo.checkpoint import Checkpointer
+from zoo.drivers import DRIVERS, Driver, HostDriver
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
-from zoo.learner import Learner, LearnerState, sharded_update
+from zoo.learn import LearnCarry, LearnStep, UpdateCredit
+from zoo.learner import DataParallelLearner, Learner, LearnerState
 from zoo.metrics import MetricsLogger, Progress
-from zoo.replay import StepBatch
-from zoo.replay.kinds import replay_kind
-from zoo.schedules import build_schedule
+from zoo.replay import PendingPriorities, StepBatch
 from zoo.spec import AlgorithmSpec
 
 __all__ = [
+    "EnvShape",
     "Loop",
     "LoopCarry",
     "LoopConfig",
     "NonFiniteLossError",
+    "Pending",
     "Trainer",
     "make_act",
     "starts_transition",
 ]
 
-METRICS = ("loss", "td_loss", "regularizer", "abs_td", "q_sa", "importance_exponent")
-
 
 class NonFiniteLossError(FloatingPointError):
     """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
-
-
-def _report(updates: jax.Array, last_loss: jax.Array) -> jax.Array:
-    """``[updates, loss]`` of a learner state: what the host watches."""
-    return jnp.stack([updates.astype(jnp.float32), last_loss])
-
-
-_jit_report = jax.jit(_report)
-
-
-class Deferred(eqx.Module):
-    """An update's priorities, written into the replay just before the next update samples.
-
-    Attributes:
-      indices: ``[B]`` the sampled items (``SampleInfo.indices``).
-      priorities: ``[B]`` their new priorities.
-      sampled_at: the replay cursor when they were sampled (items overwritten since keep the
-        priority they entered with).
-      valid: whether an update has run yet (nothing to write before the first).
-    """
-
-    indices: jax.Array
-    priorities: jax.Array
-    sampled_at: jax.Array
-    valid: jax.Array
-
-
-class Pending(eqx.Module):
-    """The step acted on but not yet answered by the environment.
-
-    ``valid`` is the replay's slot flag (:class:`~zoo.replay.StepBatch`): whether the
-    observation *starts* a transition, i.e. the step that returned it did not end the game
-    (:func:`starts_transition`; a lost life does not end it). It is not ``TimeStep.valid``,
-    which says whether that step *ended* one: a game's final observation ends a transition but
-    starts none (the next step ignores its action), and the next game's first observation ends
-    none but starts one.
-    """
-
-    observation: jax.Array
-    action: jax.Array
-    first: jax.Array
-    valid: jax.Array
-    core_state: Any
 
 
 class LoopCarry(eqx.Module):
@@ -124,13 +88,15 @@ class LoopCarry(eqx.Module):
       credit: transitions credited towards the next update (float32).
       core: the actors' recurrent state ``[N, ...]`` (``None`` for feed-forward agents).
       pending: the step acted on, waiting for the environment's answer.
-      metric_sums: sums of the updates' metrics since the last log, ``[len(METRICS)]``.
+      metric_sums: sums of the updates' metrics since the last log, ``[len(metric_names)]``.
       metric_count: updates summed in ``metric_sums`` (int32).
       last_loss: the latest update's loss (NaN before the first update).
       actor: the online network the actors act with: the learner's before its latest update.
       actor_report: ``[updates, loss]`` of the learner state ``actor`` came from (what the host
         watches without waiting for the update in flight).
-      deferred: the latest update's priorities, not yet written (``None`` for uniform replay).
+      deferred: the latest update's priorities, not yet written (``None`` for uniform replay;
+        :meth:`zoo.replay.Replay.write_priorities` writes them).
+      metric_names: the names of ``metric_sums``' entries (the loss's ``metric_names``).
     """
 
     learner: LearnerState
@@ -145,7 +111,18 @@ class LoopCarry(eqx.Module):
     last_loss: jax.Array
     actor: Any
     actor_report: jax.Array
-    deferred: Deferred | None
+    deferred: PendingPriorities | None
+    metric_names: tuple[str, ...] = eqx.field(static=True)
+
+    def learning(self) -> LearnCarry:
+        """The fields a learn step reads and writes, besides the replay state (a
+        :class:`~zoo.learn.LearnCarry`: the carry holds each of its fields under its name)."""
+        return LearnCarry(**{name: getattr(self, name) for name in _LEARN_FIELDS})
+
+    def with_learning(self, learning: LearnCarry, **changes: Any) -> LoopCarry:
+        """The carry with a learn step's fields (and any other ``changes``) replaced."""
+        fields = {name: getattr(learning, name) for name in _LEARN_FIELDS}
+        return dataclasses.replace(self, **fields, **changes)
 
     def metric_means(self) -> dict[str, float]:
         """Means of the metrics since they were last reset (empty before any update)."""
@@ -153,7 +130,8 @@ class LoopCarry(eqx.Module):
         if count == 0:
             return {}
         sums = np.asarray(self.metric_sums)
-        return {name: float(value) / count for name, value in zip(METRICS, sums, strict=True)}
+        names = self.metric_names
+        return {name: float(value) / count for name, value in zip(names, sums, strict=True)}
 
     def reset_metrics(self) -> LoopCarry:
         """The carry with the metric sums cleared."""
@@ -162,6 +140,10 @@ class LoopCarry(eqx.Module):
             self,
             (jnp.zeros_like(self.metric_sums), jnp.zeros_like(self.metric_count)),
         )
+
+
+#: The fields of :class:`LoopCarry` a learn step owns: those of :class:`~zoo.learn.LearnCarry`.
+_LEARN_FIELDS = tuple(f.name for f in dataclasses.fields(LearnCarry))
 
 
 @dataclass
@@ -180,63 +162,53 @@ class LoopConfig:
     loop: str = "host"
 
 
-def starts_transition(ts: TimeStep) -> Any:
-    """``[N]`` bool: whether ``ts.observation`` starts a transition (the replay's ``valid``).
+@dataclass(frozen=True)
+class EnvShape:
+    """What the loop body needs to know of its environments (a :class:`~zoo.envs.VectorEnv`
+    has these too): for a body that does not step them itself (:mod:`zoo.seeds`)."""
 
-    False exactly on a game's final observation (``game_over``: terminal or truncated): the
-    environment ignores the action taken there and auto-resets. True after ``reset()`` and on
-    the auto-reset step that returns a new game's first observation, although ``ts.valid`` is
-    False on both, and after a lost life, although ``ts.terminated`` may be set there: the game
-    goes on from that observation (:mod:`zoo.envs.core`).
-    """
-    return ~ts.game_over
+    num_envs: int
+    num_actions: int
+    observation_shape: tuple[int, ...]
+    observation_dtype: Any
 
-
-def make_act(num_actions: int, recurrent: bool, initial_state: Any) -> Callable[..., Any]:
-    """The acting function: ``act(online, obs, state, first, key, epsilon)``.
-
-    Returns ``(actions [N] int32, state_before [N, ...], state_after [N, ...])``: the recurrent
-    core state the actor used at this observation (reset to ``initial_state`` where ``first``),
-    and the one it carries on; feed-forward networks pass ``state`` through.
-    """
-
-    def act(online, obs, state, first, key, epsilon):
-        k_noise, k_explore, k_random = jax.random.split(key, 3)
-        if recurrent:
-            state = jax.tree.map(
-                lambda s, s0: jnp.where(first.reshape((-1,) + (1,) * (s.ndim - 1)), s0, s),
-                state,
-                initial_state,
-            )
-            out, new_state = jax.vmap(lambda o, s: online(o, s, key=k_noise))(obs, state)
-        else:
-            out = jax.vmap(lambda o: online(o, key=k_noise))(obs)
-            new_state = state
-        n = obs.shape[0]
-        greedy = jnp.argmax(out.q_values, axis=-1)
-        random = jax.random.randint(k_random, (n,), 0, num_actions)
-        explore = jax.random.uniform(k_explore, (n,)) < epsilon
-        return jnp.where(explore, random, greedy).astype(jnp.int32), state, new_state
-
-    return act
+    @classmethod
+    def of(cls, env: VectorEnv, num_envs: int | None = None) -> EnvShape:
+        """``env``'s shapes, for ``num_envs`` environments (default: ``env.num_envs``)."""
+        return cls(
+            num_envs=env.num_envs if num_envs is None else num_envs,
+            num_actions=env.num_actions,
+            observation_shape=tuple(env.observation_shape),
+            observation_dtype=env.observation_dtype,
+        )
 
 
 class Loop:
-    """The loop body of one run, compiled for the host path and the compiled path.
+    """The loop body of one run, composed of its parts, and its drivers.
 
     Args:
       spec: the algorithm.
-      env: the training environments (only their shapes and, for :meth:`chunk`, XLA interface).
-      learner: the learner.
+      env: the training environments (a :class:`~zoo.envs.VectorEnv`; the compiled driver uses
+        its XLA interface), or only their :class:`EnvShape` for a body driven elsewhere.
+      learner: the learner whose update the loop runs (a :class:`~zoo.learner.Learner`, or a
+        :class:`~zoo.learner.DataParallelLearner` for an update over several devices).
       replay: the replay (built for ``env.num_envs`` environments).
       initial_core_state: one env's initial recurrent state (recurrent specs).
+
+    Attributes:
+      actor: the :class:`~zoo.actor.Actor`.
+      learn_step: the :class:`~zoo.learn.LearnStep`.
+      credit: the :class:`~zoo.learn.UpdateCredit` rule.
+      host: the host driver (:class:`zoo.drivers.HostDriver`): its ``insert``, ``act``,
+        ``sample`` and ``update`` are the body's pieces, each one asynchronously jitted call.
+      devices: the local devices one update runs on.
     """
 
     def __init__(
         self,
         spec: AlgorithmSpec,
-        env: VectorEnv,
-        learner: Learner,
+        env: VectorEnv | EnvShape,
+        learner: Learner | DataParallelLearner,
         replay: Any,
         initial_core_state: Any = None,
     ):
@@ -245,132 +217,70 @@ class Loop:
         self.learner = learner
         self.replay = replay
         self.num_envs = env.num_envs
-        n = self.num_envs
         self.recurrent = spec.recurrent
-        self.batched_initial = None
-        if self.recurrent:
-            self.batched_initial = jax.tree.map(
-                lambda x: jnp.broadcast_to(x, (n, *x.shape)), initial_core_state
-            )
-        self._act = make_act(env.num_actions, self.recurrent, self.batched_initial)
-        self._epsilon = build_schedule(spec.schedule.epsilon)
-        self._update_period = float(spec.schedule.update_period)
-        # credit < update_period after learning, so a step of N transitions is due at most this
-        # many updates
-        self._max_updates = (spec.schedule.update_period - 1 + n) // spec.schedule.update_period
-        self._min_size = int(spec.replay.min_size)
-        self._batch_size = int(spec.replay.batch_size)
-        self._prioritized = replay_kind(spec).prioritized
-        # several local devices: the same update, data-parallel (shard_map inside the body)
-        self.devices = len(jax.local_devices())
-        self._update = sharded_update(spec) if self.devices > 1 else learner.update
-        # Host path: the replay is donated to the insert and the sample (updated in place,
-        # never copied); the insert and the act never take the learner's buffers. The learner
-        # state is not donated: XLA:CPU runs this parameter update 15-25% slower with donation,
-        # and the actors hold its online network. Every call dispatches asynchronously
-        # (async_jit; eqx.filter_jit waits for each call to finish), so the host steps the
-        # environments and queues work while the device computes.
-        self._jit_insert = async_jit(self._insert_fields, donate_argnums=(1,))
-        self._jit_act = async_jit(self._act_fields)
-        self._jit_sample = async_jit(self._sample_fields, donate_argnums=(0,))
-        self._jit_update = async_jit(self._update_fields)
-        self._jit_chunk = async_jit(
-            lambda length, carry, handle, done: self._chunk(carry, handle, done, length),
-            donate_argnums=(1, 2),
-        )
-        self._host_env_steps = 0
-        self._host_credit = 0.0
+        self.actor = Actor(spec, self.num_envs, env.num_actions, initial_core_state)
+        self.learn_step = LearnStep(learner, replay, spec.replay.batch_size)
+        self.credit = UpdateCredit(spec, self.num_envs)
+        self.metric_names = self.learn_step.metric_names
+        self.devices = learner.num_devices
+        self.host = HostDriver(self)
+        self._drivers: dict[str, Driver] = {HostDriver.name: self.host}
+
+    def driver(self, name: str) -> Driver:
+        """The driver ``name`` of :data:`zoo.drivers.DRIVERS` for this loop (built once)."""
+        if name not in self._drivers:
+            if name not in DRIVERS:
+                raise ValueError(f"unknown loop driver {name!r}; known: {', '.join(DRIVERS)}")
+            self._drivers[name] = DRIVERS[name](self)
+        return self._drivers[name]
+
+    def epsilon(self, env_steps: Any) -> jax.Array:
+        """ε of the actors after ``env_steps`` transitions (``schedule.epsilon``)."""
+        return self.actor.epsilon(env_steps)
+
+    # ------------------------------------------------------------------------- the drivers
 
     def first_act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
-        """Act on the first observation after a reset (nothing to insert yet)."""
-        self._host_env_steps = int(carry.env_steps)
-        self._host_credit = float(carry.credit)
-        # only the acting fields go through the call: a jitted function that returns an
-        # argument it was given (the replay, here) returns a copy of it unless it is donated
-        key, core, pending, actions, _ = self._jit_act(
-            ts, carry.key, carry.core, carry.actor, carry.actor_report, carry.env_steps
-        )
-        return dataclasses.replace(carry, key=key, core=core, pending=pending), actions
+        """Act on the first observation after a reset (nothing to insert yet); both drivers
+        start with it."""
+        return self.host.first_act(carry, ts)
 
     def step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
-        """Host path: insert the pending step with the env's answer ``ts``, learn, act on ``ts``.
-
-        Separate jitted calls (insert; a sample and an update per due update; act): the host
-        mirrors the credit arithmetic, so no update runs under device control flow, in which
-        XLA:CPU's convolutions are an order of magnitude slower (measured: 143 ms against 10 ms
-        for a Nature-CNN update). The update is dispatched and not waited for: the actions come
-        from the previous update's network, so the host steps the environments while the update
-        runs. ``carry`` is donated (do not use it afterwards). Returns the new carry, the actions
-        ``[N]`` and ``[updates, loss]`` of the learner state the actors act with.
-        """
-        replay, env_steps, credit = self._jit_insert(
-            ts, carry.replay, carry.pending, carry.env_steps, carry.credit
-        )
-        carry = dataclasses.replace(carry, replay=replay, env_steps=env_steps, credit=credit)
-        self._host_env_steps += self.num_envs
-        if self._host_env_steps >= self._min_size:
-            self._host_credit += self.num_envs
-        while self._host_credit >= self._update_period:
-            carry = self._learn_host(carry)
-            self._host_credit -= self._update_period
-        key, core, pending, actions, report = self._jit_act(
-            ts, carry.key, carry.core, carry.actor, carry.actor_report, carry.env_steps
-        )
-        carry = dataclasses.replace(carry, key=key, core=core, pending=pending)
-        return carry, actions, report
+        """Host driver: one vector step (:meth:`zoo.drivers.HostDriver.step`)."""
+        return self.host.step(carry, ts)
 
     def chunk(self, carry: LoopCarry, handle: jax.Array, prev_done: jax.Array, length: int):
-        """Compiled path: ``length`` vector steps in one ``lax.scan`` (see :meth:`_chunk`).
+        """Compiled driver: ``length`` vector steps (:meth:`zoo.drivers.CompiledDriver.chunk`)."""
+        return self.driver("compiled").chunk(carry, handle, prev_done, length)
 
-        ``carry`` and ``handle`` are donated.
-        """
-        return self._jit_chunk(length, carry, handle, prev_done)
-
-    # ----------------------------------------------------------------------------- pieces
+    # -------------------------------------------------------------------------- the state
 
     def init(self, learner_state: LearnerState, key: jax.Array) -> LoopCarry:
         """The carry at step 0 (nothing pending yet: call :meth:`first_act` after a reset)."""
-        n = self.num_envs
-        obs = jnp.zeros((n, *self.env.observation_shape), self.env.observation_dtype)
-        flags = jnp.zeros((n,), bool)
-        deferred = None
-        if self._prioritized:
-            b = self._batch_size
-            deferred = Deferred(
-                indices=jnp.zeros((b,), jnp.int32),
-                priorities=jnp.zeros((b,), jnp.float32),
-                sampled_at=jnp.zeros((), jnp.int32),
-                valid=jnp.zeros((), bool),
-            )
-        carry = LoopCarry(
-            learner=learner_state,
+        learning = self.learn_step.init(learner_state, key)
+        pending = self.actor.nothing_pending(self.env.observation_shape, self.env.observation_dtype)
+        return LoopCarry(
+            learner=learning.learner,
             replay=self.replay.init(),
-            key=key,
+            key=learning.key,
             env_steps=jnp.zeros((), jnp.int32),
             credit=jnp.zeros((), jnp.float32),
-            core=self.batched_initial,
-            pending=Pending(obs, jnp.zeros((n,), jnp.int32), flags, flags, self.batched_initial),
-            metric_sums=jnp.zeros((len(METRICS),), jnp.float32),
-            metric_count=jnp.zeros((), jnp.int32),
-            last_loss=jnp.full((), jnp.nan, jnp.float32),
-            actor=None,
-            actor_report=None,
-            deferred=deferred,
+            core=self.actor.initial_state,
+            pending=pending,
+            metric_sums=learning.metric_sums,
+            metric_count=learning.metric_count,
+            last_loss=learning.last_loss,
+            actor=learning.actor,
+            actor_report=learning.actor_report,
+            deferred=learning.deferred,
+            metric_names=self.metric_names,
         )
-        return self.with_learner(carry, learner_state)
 
     @staticmethod
     def with_learner(carry: LoopCarry, learner_state: LearnerState) -> LoopCarry:
-        """``carry`` with a new learner state, the actors acting with its online network.
-
-        The actors get a copy: the compiled path donates the carry, and a buffer cannot be
-        donated twice.
-        """
-        actor = jax.tree.map(
-            lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, learner_state.online
-        )
-        report = _report(learner_state.updates, carry.last_loss)
-        return dataclasses.replace(carry, learner=learner_state, actor=actor, actor_report=report)
+        """``carry`` with a new learner state, the actors acting with its online network
+        (:meth:`zoo.learn.LearnStep.with_learner`)."""
+        return carry.with_learning(LearnStep.with_learner(carry.learning(), learner_state))
 
     def checkpoint_state(self, carry: LoopCarry, games: int, save_replay: bool) -> dict[str, Any]:
         """What a checkpoint holds: learner, counters, RNG key, and the replay unless opted out.
@@ -389,85 +299,14 @@ class Loop:
             "key": carry.key,
         }
         if save_replay:
-            replay = carry.replay
-            if carry.deferred is not None:
-                replay = self._write_deferred(replay, carry.deferred)
-            state["replay"] = replay
+            state["replay"] = self.replay.write_priorities(carry.replay, carry.deferred)
         return state
 
-    def _act_on(self, carry: LoopCarry, observation, first, valid) -> tuple[LoopCarry, jax.Array]:
-        key, core, pending, actions = self._act_step(
-            carry.key, carry.core, carry.actor, carry.env_steps, observation, first, valid
-        )
-        carry = dataclasses.replace(carry, key=key, core=core, pending=pending)
-        return carry, actions
+    # ------------------------------------------------------------- the body, pure functions
 
-    def _act_step(self, key, core, actor, env_steps, observation, first, valid):
-        key, act_key = jax.random.split(key)
-        epsilon = self._epsilon(env_steps)
-        actions, before, after = self._act(actor, observation, core, first, act_key, epsilon)
-        return key, after, Pending(observation, actions, first, valid, before), actions
-
-    def _act_fields(self, ts: TimeStep, key, core, actor, report, env_steps):
-        """Host path: act on ``ts`` with the actors' network."""
-        key, core, pending, actions = self._act_step(
-            key, core, actor, env_steps, ts.observation, ts.first, starts_transition(ts)
-        )
-        return key, core, pending, actions, report
-
-    def _write_deferred(self, replay_state: Any, deferred: Deferred) -> Any:
-        """The replay with the latest update's priorities written (if an update has run)."""
-        written = self.replay.update_priorities(
-            replay_state, deferred.indices, deferred.priorities, deferred.sampled_at
-        )
-        return replay_state._replace(
-            weight=jnp.where(deferred.valid, written.weight, replay_state.weight),
-            max_priority=jnp.where(deferred.valid, written.max_priority, replay_state.max_priority),
-        )
-
-    def _sample_fields(self, replay_state: Any, deferred: Deferred | None, key: jax.Array):
-        """Write the previous update's priorities, then draw a batch (replay → batch)."""
-        if deferred is not None:
-            replay_state = self._write_deferred(replay_state, deferred)
-        key, sub = jax.random.split(key)
-        batch, info = self.replay.sample(replay_state, sub, self._batch_size)
-        return replay_state, key, batch, info.indices, replay_state.cursor
-
-    def _update_fields(self, learner_state, batch, indices, sampled_at, sums, count):
-        """One update on a sampled batch; its priorities are deferred to the next sample."""
-        learner_state, aux = self._update(learner_state, batch)
-        metrics = jnp.stack([jnp.asarray(aux.metrics[m], jnp.float32) for m in METRICS])
-        deferred = None
-        if self._prioritized:
-            deferred = Deferred(indices, aux.priorities, sampled_at, jnp.ones((), bool))
-        return learner_state, deferred, sums + metrics, count + 1, metrics[0]
-
-    def _learn(self, carry: LoopCarry, sample, update, report_of, barrier: bool) -> LoopCarry:
-        """One update, the same on both paths: hand the actors the learner's network as it is
-        before the update, sample (writing the previous update's priorities first), update, and
-        spend ``update_period`` of credit. ``sample``/``update``/``report_of`` are the pure
-        functions (compiled path) or their asynchronous jits (host path)."""
-        actor, report = carry.learner.online, report_of(carry.learner.updates, carry.last_loss)
-        replay, key, batch, indices, sampled_at = sample(carry.replay, carry.deferred, carry.key)
-        if barrier:
-            # Materialise the batch: fused into its consumer, the frame gather turns XLA:CPU's
-            # convolutions into slow generic loops (measured).
-            batch = jax.lax.optimization_barrier(batch)
-        learner, deferred, sums, count, loss = update(
-            carry.learner, batch, indices, sampled_at, carry.metric_sums, carry.metric_count
-        )
-        return dataclasses.replace(
-            carry, learner=learner, replay=replay, key=key, deferred=deferred, metric_sums=sums,
-            metric_count=count, last_loss=loss, actor=actor, actor_report=report,
-            credit=carry.credit - self._update_period,
-        )  # fmt: skip
-
-    def _learn_host(self, carry: LoopCarry) -> LoopCarry:
-        """Host path: one update, dispatched without waiting for it."""
-        return self._learn(carry, self._jit_sample, self._jit_update, _jit_report, barrier=False)
-
-    def _insert_fields(self, ts: TimeStep, replay_state, pending: Pending, env_steps, credit):
-        """Insert the pending step with the environment's answer; credit the transitions."""
+    def insert(self, ts: TimeStep, replay_state: Any, pending: Pending, env_steps, credit):
+        """Insert the pending step with the environment's answer ``ts``; credit the
+        transitions. Returns ``(replay_state, env_steps, credit)``."""
         p = pending
         step = StepBatch(
             observation=p.observation,
@@ -480,105 +319,72 @@ class Loop:
             core_state=p.core_state,
         )
         env_steps = env_steps + self.num_envs
-        learning = env_steps >= self._min_size
-        credit = jnp.where(learning, credit + self.num_envs, credit)
+        credit = self.credit.earn(env_steps, credit)
         return self.replay.add(replay_state, step), env_steps, credit
 
-    def _learn_once(self, carry: LoopCarry) -> LoopCarry:
-        """One update (compiled path, inside the scan)."""
-        return self._learn(carry, self._sample_fields, self._update_fields, _report, barrier=True)
+    def act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
+        """Act on ``ts`` with the actors' network; the step acted on becomes pending."""
+        key, core, pending, actions = self.actor.act(
+            carry.actor, carry.key, carry.core, carry.env_steps, ts
+        )
+        return dataclasses.replace(carry, key=key, core=core, pending=pending), actions
 
-    def _learn_due(self, carry: LoopCarry) -> LoopCarry:
-        """Every due update, under ``cond`` (compiled path: inside ``lax.scan``).
+    def learn(self, carry: LoopCarry) -> LoopCarry:
+        """One learn step inside a compiled program, spending one update's credit."""
+        learning, replay = self.learn_step.learn(carry.learning(), carry.replay, barrier=True)
+        return carry.with_learning(learning, replay=replay, credit=self.credit.spend(carry.credit))
 
-        At most ``max_updates`` are due per vector step; only the fields learning changes go
-        through the ``cond``, the frames are read from outside so XLA never copies them.
+    def learn_due(self, carry: LoopCarry) -> LoopCarry:
+        """Every due update, each under ``lax.cond`` (inside a compiled program).
+
+        At most ``credit.max_updates`` are due per vector step. Only what learning changes goes
+        through the ``cond`` (:class:`_Due`: the learn carry, the replay's priority state and
+        the credit); the frames are read from outside, so XLA never copies them.
         """
+        replay = self.replay
 
-        def pack(c: LoopCarry) -> tuple:
-            return (
-                c.learner, c.replay.weight, c.replay.max_priority, c.key, c.deferred,
-                c.metric_sums, c.metric_count, c.last_loss, c.actor, c.actor_report, c.credit,
-            )  # fmt: skip
+        def learn_once(due: _Due) -> _Due:
+            state = replay.with_priority_state(carry.replay, due.priorities)
+            inner = self.learn(carry.with_learning(due.learning, replay=state, credit=due.credit))
+            return _Due(inner.learning(), replay.priority_state(inner.replay), inner.credit)
 
-        def unpack(fields: tuple) -> LoopCarry:
-            learner, weight, top, key, deferred, sums, count, loss, actor, report, credit = fields
-            replay = carry.replay._replace(weight=weight, max_priority=top)
-            return dataclasses.replace(
-                carry, learner=learner, replay=replay, key=key, deferred=deferred,
-                metric_sums=sums, metric_count=count, last_loss=loss, actor=actor,
-                actor_report=report, credit=credit,
-            )  # fmt: skip
+        due = _Due(carry.learning(), replay.priority_state(carry.replay), carry.credit)
+        for _ in range(self.credit.max_updates):
+            due = jax.lax.cond(self.credit.due(due.credit), learn_once, lambda d: d, due)
+        state = replay.with_priority_state(carry.replay, due.priorities)
+        return carry.with_learning(due.learning, replay=state, credit=due.credit)
 
-        fields = pack(carry)
-        for _ in range(self._max_updates):
-            fields = jax.lax.cond(
-                fields[-1] >= self._update_period,
-                lambda f: pack(self._learn_once(unpack(f))),
-                lambda f: f,
-                fields,
-            )
-        return unpack(fields)
+    def body(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
+        """One vector step inside a compiled program: insert, every due update, act.
 
-    def _act_and_report(self, carry: LoopCarry, ts: TimeStep):
-        carry, actions = self._act_on(carry, ts.observation, ts.first, starts_transition(ts))
-        return carry, actions, carry.actor_report
-
-    # -------------------------------------------------------------------------- host path
-
-    def _first_act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
-        return self._act_on(carry, ts.observation, ts.first, starts_transition(ts))
-
-    def _step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
-        """The compiled path's body: insert, every due update, act (the host path's order)."""
-        replay, env_steps, credit = self._insert_fields(
+        Returns the carry, the actions and ``[updates, loss]`` of the learner state the actors
+        act with.
+        """
+        replay, env_steps, credit = self.insert(
             ts, carry.replay, carry.pending, carry.env_steps, carry.credit
         )
         carry = dataclasses.replace(carry, replay=replay, env_steps=env_steps, credit=credit)
-        return self._act_and_report(self._learn_due(carry), ts)
-
-    # ---------------------------------------------------------------------- compiled path
-
-    def _chunk(self, carry: LoopCarry, handle: jax.Array, prev_done: jax.Array, length: int):
-        """``length`` vector steps inside ``lax.scan`` with envpool's XLA step.
-
-        Args:
-          carry: the loop carry, with the step acted on pending (after :meth:`first_act`).
-          handle: envpool's XLA handle (after a host ``reset()``).
-          prev_done: ``[N]`` terminated | truncated of the last step (False after a reset).
-          length: vector steps (static).
-
-        Returns:
-          ``(carry, handle, prev_done, steps)``: ``steps`` is the chunk's TimeSteps without
-          observations, fields ``[T, N]``, for episode statistics on the host.
-        """
-        _, _, _, xla_step = self.env.xla()
-
-        def body(state, _):
-            carry, handle, prev_done = state
-            handle, output = xla_step(handle, carry.pending.action)
-            ts = self.env.xla_timestep(output, prev_done)
-            carry, _, _ = self._step(carry, ts)
-            done = jnp.logical_or(ts.terminated, ts.truncated)
-            return (carry, handle, done), ts._replace(observation=None)
-
-        (carry, handle, prev_done), outputs = jax.lax.scan(
-            body, (carry, handle, prev_done), None, length=length
-        )
-        return carry, handle, prev_done, outputs
+        carry, actions = self.act(self.learn_due(carry), ts)
+        return carry, actions, carry.actor_report
 
 
-def _chunk_length(every: int, num_envs: int, longest: int = 1000) -> int:
-    """Vector steps per compiled chunk: the longest (up to ``longest``) that divides the
-    events' common period, so that logs, evaluations and checkpoints fall exactly on their
-    multiples, as on the host path."""
-    period = max(every // num_envs, 1)
-    return max(d for d in range(1, min(period, longest) + 1) if period % d == 0)
+class _Due(eqx.Module):
+    """What passes through ``lax.cond`` around a learn step (:meth:`Loop.learn_due`)."""
+
+    learning: LearnCarry
+    priorities: Any
+    credit: jax.Array
 
 
 @dataclass
 class Trainer:
-    """Runs one run's host loop: logging, evaluation, checkpoints, signals."""
+    """Runs one run on the host around a driver: episode statistics, the non-finite check,
+    logging, evaluation, checkpoints, signals.
+
+    The driver (``config.loop``, one of :data:`zoo.drivers.DRIVERS`) runs the loop body and
+    calls back :meth:`account` after vector steps and :meth:`events` where a log, evaluation or
+    checkpoint may be due (:attr:`next_event`).
+    """
 
     loop: Loop
     config: LoopConfig
@@ -587,6 +393,15 @@ class Trainer:
     evaluate: Callable[[Any, int], dict[str, Any]]
     games: int = 0
     stopped_by_signal: bool = field(default=False, init=False)
+    #: transitions accounted so far (the host's count, after the driver reported them)
+    env_steps: int = field(default=0, init=False)
+    #: learner updates reported so far
+    updates: int = field(default=0, init=False)
+    _tracker: EpisodeTracker | None = field(default=None, init=False, repr=False)
+    _progress: Progress | None = field(default=None, init=False, repr=False)
+    _next: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _window: dict[str, list[float]] = field(default_factory=dict, init=False, repr=False)
+    _start: tuple[float, int, int] = field(default=(0.0, 0, 0), init=False, repr=False)
 
     def state_of(self, carry: LoopCarry, games: int) -> dict[str, Any]:
         """The checkpointable run state (see :meth:`Loop.checkpoint_state`)."""
@@ -605,24 +420,30 @@ class Trainer:
             },
         )
 
+    @property
+    def next_event(self) -> int:
+        """The transition count at which the next log, evaluation or checkpoint is due."""
+        return min(self._next.values())
+
     def run(self, carry: LoopCarry) -> LoopCarry:
         """Train until ``total_env_steps`` (or a signal, or ``stop_at_return``)."""
         cfg, loop, env = self.config, self.loop, self.loop.env
-        self._env_steps = int(carry.env_steps)
-        self._updates = int(carry.learner.updates)
+        driver = loop.driver(cfg.loop)
+        self.env_steps = int(carry.env_steps)
+        self.updates = int(carry.learner.updates)
         self._tracker = EpisodeTracker(env.num_envs)
         self._progress = Progress(cfg.total_env_steps)
         self._progress.enabled = self._progress.enabled and cfg.progress
         self._next = {
-            name: (self._env_steps // every + 1) * every
+            name: (self.env_steps // every + 1) * every
             for name, every in (
                 ("log", cfg.log_every),
                 ("eval", cfg.eval_every),
                 ("ckpt", cfg.checkpoint_every),
             )
         }
-        self._window: dict[str, list[float]] = {}
-        self._start = (time.perf_counter(), self._env_steps, self._updates)
+        self._window = {}
+        self._start = (time.perf_counter(), self.env_steps, self.updates)
         interrupted: list[bool] = []
         previous = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(True))
@@ -630,69 +451,22 @@ class Trainer:
         ts = env.reset()
         carry, actions = loop.first_act(carry, ts)
         try:
-            if cfg.loop == "compiled":
-                carry = self._run_compiled(carry, interrupted)
-            else:
-                carry = self._run_host(carry, actions, interrupted)
+            carry = driver.run(carry, actions, self, interrupted)
         finally:
             signal.signal(signal.SIGINT, previous)
-            self._progress.update(self._env_steps, self._updates, final=True)
+            self._progress.update(self.env_steps, self.updates, final=True)
         return carry
 
-    def _run_host(self, carry: LoopCarry, actions: jax.Array, interrupted: list[bool]):
-        env, loop = self.loop.env, self.loop
-        while self._env_steps < self.config.total_env_steps:
-            ts = env.step(np.asarray(actions))
-            carry, actions, report = loop.step(carry, ts)
-            self._account([ts], report)
-            carry, stop = self._events(carry, interrupted)
-            if stop:
-                break
-        return carry
+    def account(self, timesteps: list[Any], report: Any) -> None:
+        """Episode statistics, counters and the non-finite check after some vector steps.
 
-    def _run_compiled(self, carry: LoopCarry, interrupted: list[bool]):
-        """Compiled chunks, the host's accounting of one chunk overlapping the next.
-
-        A chunk is dispatched before the previous one's episode statistics are computed on the
-        host, so that work runs on another core while the device computes. Where a log,
-        evaluation or checkpoint is due at a chunk's end (chunks divide their periods), the
-        loop drains: it accounts every chunk, then runs the events on that carry.
+        Args:
+          timesteps: the environments' TimeSteps of those vector steps, in order (host arrays).
+          report: ``[updates, loss]`` of the learner state the actors acted with last.
         """
-        env, loop, cfg = self.loop.env, self.loop, self.config
-        n = env.num_envs
-        handle = env.xla()[0]
-        prev_done = jnp.zeros((n,), bool)
-        length = _chunk_length(math.gcd(cfg.log_every, cfg.eval_every, cfg.checkpoint_every), n)
-        dispatched = self._env_steps
-        unaccounted: tuple[Any, Any, int] | None = None
-        while dispatched < cfg.total_env_steps:
-            remaining = (cfg.total_env_steps - dispatched + n - 1) // n
-            steps = min(length, remaining)
-            carry, handle, prev_done, chunk = loop.chunk(carry, handle, prev_done, steps)
-            report = _report(carry.learner.updates, carry.last_loss)
-            dispatched += steps * n
-            if unaccounted is not None:
-                self._account_chunk(*unaccounted)
-            unaccounted = (chunk, report, steps)
-            due = min(self._next.values())
-            if dispatched >= due or dispatched >= cfg.total_env_steps or interrupted:
-                self._account_chunk(*unaccounted)
-                unaccounted = None
-                carry, stop = self._events(carry, interrupted)
-                if stop:
-                    break
-        return carry
-
-    def _account_chunk(self, chunk: Any, report: Any, steps: int) -> None:
-        rows = jax.tree.map(np.asarray, chunk)
-        timesteps = [jax.tree.map(lambda x, t=t: x[t], rows) for t in range(steps)]
-        self._account(timesteps, np.asarray(report))
-
-    def _account(self, timesteps: list[Any], report: Any) -> None:
-        """Episode statistics, counters and the non-finite check after some vector steps."""
         n = self.loop.env.num_envs
         for ts in timesteps:
-            self._env_steps += n
+            self.env_steps += n
             finished = self._tracker.update(ts)
             if finished:
                 self.games += len(finished)
@@ -701,17 +475,17 @@ class Trainer:
                 self._window.setdefault("return", []).extend(returns)
                 self._window.setdefault("length", []).extend(float(e.length) for e in finished)
         updates, loss = int(report[0]), float(report[1])
-        if updates != self._updates and not math.isfinite(loss):
+        if updates != self.updates and not math.isfinite(loss):
             raise NonFiniteLossError(
                 f"the loss became {loss} at learner update {updates} (env step "
-                f"{self._env_steps}); the run stopped and kept its last good checkpoint"
+                f"{self.env_steps}); the run stopped and kept its last good checkpoint"
             )
-        self._updates = updates
-        self._progress.update(self._env_steps, self._updates)
+        self.updates = updates
+        self._progress.update(self.env_steps, self.updates)
 
-    def _events(self, carry: LoopCarry, interrupted: list[bool]) -> tuple[LoopCarry, bool]:
+    def events(self, carry: LoopCarry, interrupted: list[bool]) -> tuple[LoopCarry, bool]:
         """Log, evaluate and checkpoint when due; whether to stop."""
-        cfg, env_steps, nxt = self.config, self._env_steps, self._next
+        cfg, env_steps, nxt = self.config, self.env_steps, self._next
         done = env_steps >= cfg.total_env_steps
         if env_steps >= nxt["log"] or done:
             while nxt["log"] <= env_steps:
@@ -724,7 +498,7 @@ class Trainer:
                 "env_steps": env_steps,
                 "updates": updates,
                 "games": self.games,
-                "epsilon": float(self.loop._epsilon(env_steps)),
+                "epsilon": float(self.loop.epsilon(env_steps)),
                 "loop": cfg.loop,
                 "env_steps_per_s": (env_steps - steps0) / elapsed,
                 "updates_per_s": (updates - updates0) / elapsed,

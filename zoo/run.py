@@ -1031,7 +1031,7 @@ def _preflight(spec: AlgorithmSpec, settings: RunSettings) -> None:
 def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
     import jax
 
-    from zoo.learner import Learner
+    from zoo.learner import DataParallelLearner, learner_for_devices
     from zoo.networks import build_network
 
     # counted from shapes before anything is allocated: a network or replay that cannot fit is
@@ -1052,7 +1052,12 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
     except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
         raise RunRefusedError(str(e)) from None
     _check_memory(replay.nbytes(), network_bytes, spec)
-    learner = Learner(spec)
+    learner = learner_for_devices(spec)
+    if isinstance(learner, DataParallelLearner):
+        _say(
+            f"the update runs data-parallel over {learner.num_devices} local devices "
+            "(zoo.learner.DataParallelLearner); the environments step on the host"
+        )
     return network, learner, replay, learner.init(network, k_learner), k_run, core
 
 

@@ -3,10 +3,11 @@
 For benchmarking and seed sweeps on one machine: ``S`` learners, replays and actors are stacked
 along a leading seed axis and one envpool of ``S × N`` environments feeds them (envpool's XLA step
 cannot be vmapped, so the actions of every seed are flattened into one step and its outputs split
-back per seed). Each seed runs exactly the single-seed loop body (:class:`zoo.loop.Loop`: insert,
-due updates, act), vmapped; all seeds step in lockstep, so their update schedule is the same and
-the "is an update due" test stays a scalar ``cond`` outside the ``vmap`` (a batched predicate
-would turn it into a ``select`` that runs every update every step).
+back per seed). Each seed runs exactly the single-seed loop body, built from its public pieces
+(:meth:`zoo.loop.Loop.insert`, :meth:`~zoo.loop.Loop.learn`, :meth:`~zoo.loop.Loop.act` and the
+update-credit rule :class:`zoo.learn.UpdateCredit`), vmapped; all seeds step in lockstep, so their
+update schedule is the same and the "is an update due" test stays a scalar ``cond`` outside the
+``vmap`` (a batched predicate would turn it into a ``select`` that runs every update every step).
 
     vs = VmappedSeeds("dqn", "CartPole-v1", seeds=8, num_envs=8)
     carry = vs.init()
@@ -21,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import equinox as eqx
@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 
 from zoo import spec as spec_lib
-from zoo._jit import async_jit
 from zoo.envs import make
+from zoo.jit import async_jit
 from zoo.learner import Learner
-from zoo.loop import Loop, LoopCarry
+from zoo.loop import EnvShape, Loop, LoopCarry
 from zoo.replay import build_replay
 
 __all__ = ["VmappedSeeds", "time_vmapped_seeds"]
@@ -72,12 +72,7 @@ class VmappedSeeds:
                 f"{env_id}: vmapped seeds run the compiled loop, which is for vector "
                 "observations (XLA:CPU runs convolutions inside loops slowly)"
             )
-        per_seed = SimpleNamespace(
-            num_envs=num_envs,
-            num_actions=self.env.num_actions,
-            observation_shape=self.env.observation_shape,
-            observation_dtype=self.env.observation_dtype,
-        )
+        per_seed = EnvShape.of(self.env, num_envs=num_envs)
         self.replay = build_replay(
             self.spec,
             num_envs=num_envs,
@@ -85,8 +80,7 @@ class VmappedSeeds:
             observation_dtype=self.env.observation_dtype,
         )
         self.learner = Learner(self.spec)
-        self.loop = Loop(self.spec, per_seed, self.learner, self.replay)  # type: ignore[arg-type]
-        self._period = float(self.spec.schedule.update_period)
+        self.loop = Loop(self.spec, per_seed, self.learner, self.replay)
         self._run = async_jit(self._chunk, donate_argnums=(1, 2))
 
     # -------------------------------------------------------------------------------- setup
@@ -110,7 +104,7 @@ class VmappedSeeds:
         )
         carry = eqx.filter_vmap(self._init_one)(keys)
         ts = self._split(jax.tree.map(jnp.asarray, self.env.reset()))
-        carry, _ = eqx.filter_vmap(self.loop._first_act)(carry, ts)
+        carry, _ = eqx.filter_vmap(self.loop.act)(carry, ts)
         handle = self.env.xla()[0]
         return carry, handle, jnp.zeros((self.seeds * self.num_envs,), bool)
 
@@ -130,23 +124,23 @@ class VmappedSeeds:
             handle, output = xla_step(handle, actions)
             ts_flat = self.env.xla_timestep(output, prev_done)
             ts = self._split(ts_flat)
-            replay, env_steps, credit = jax.vmap(loop._insert_fields)(
+            replay, env_steps, credit = jax.vmap(loop.insert)(
                 ts, carry.replay, carry.pending, carry.env_steps, carry.credit
             )
             carry = dataclasses.replace(carry, replay=replay, env_steps=env_steps, credit=credit)
             dynamic, static = eqx.partition(carry, eqx.is_array)
 
             def learn(dynamic):
-                out = eqx.filter_vmap(loop._learn_once)(eqx.combine(dynamic, static))
+                out = eqx.filter_vmap(loop.learn)(eqx.combine(dynamic, static))
                 return eqx.partition(out, eqx.is_array)[0]
 
-            for _ in range(loop._max_updates):
+            for _ in range(loop.credit.max_updates):
                 # every seed has the same credit (lockstep): one scalar predicate
                 dynamic = jax.lax.cond(
-                    dynamic.credit[0] >= self._period, learn, lambda d: d, dynamic
+                    loop.credit.due(dynamic.credit[0]), learn, lambda d: d, dynamic
                 )
             carry = eqx.combine(dynamic, static)
-            carry, _, _ = eqx.filter_vmap(loop._act_and_report)(carry, ts)
+            carry, _ = eqx.filter_vmap(loop.act)(carry, ts)
             done = jnp.logical_or(ts_flat.terminated, ts_flat.truncated)
             return (carry, handle, done), ts.raw_reward
 

@@ -1,8 +1,8 @@
 """Algorithm specs: frozen Pydantic models of the YAML vocabulary, and how YAML becomes one.
 
-An algorithm is a point in a product of orthogonal axes (DESIGN.md). Each axis is one model here;
-components with parameters are discriminated unions on ``kind``. Every model forbids unknown keys
-and every field carries a ``description`` (read by ``zoo show``). Loading supports ``extends:``
+An algorithm is a point in a product of orthogonal axes (``docs/design.md``). Each axis is one model
+here; components with parameters are discriminated unions on ``kind``. Every model forbids unknown
+keys and every field carries a ``description`` (read by ``zoo show``). Loading supports ``extends:``
 (deep merge, lists replace, cycles detected) and dotted overrides (``loss.n_step=3``).
 
 Errors are :class:`SpecError`: one :class:`Problem` per mistake, each naming the YAML file, the

@@ -37,7 +37,8 @@ class Transition(NamedTuple):
     Attributes:
       observation: ``[B, ...]`` observation at ``t-1``.
       action: ``[B]`` int32 action taken at ``t-1``.
-      reward: ``[B]`` (n-step) reward, already discounted inside the window (see DESIGN.md).
+      reward: ``[B]`` (n-step) reward, already discounted inside the window (``docs/design.md``,
+        "n-step transitions").
       discount: ``[B]`` environment discount of the window (``γ^{k-1}·d_t⋯d_{t+k-1}``); the
         loss multiplies by ``loss.discount`` once more, as the reference does.
       next_observation: ``[B, ...]`` observation the window bootstraps from.

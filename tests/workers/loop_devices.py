@@ -1,8 +1,9 @@
 """Run the training loop body for a few hundred steps; print parameter checksums as JSON.
 
 Started twice by tests/test_parallel.py: once with one host device and once with
-``XLA_FLAGS=--xla_force_host_platform_device_count=2``, where the loop's update runs
-data-parallel (shard_map inside the jitted body). Both must agree to float tolerance.
+``XLA_FLAGS=--xla_force_host_platform_device_count=2``, where the learner a run picks
+(:func:`zoo.learner.learner_for_devices`) is data-parallel (shard_map inside the jitted body).
+Both must agree to float tolerance.
 """
 
 from __future__ import annotations
@@ -14,7 +15,35 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from tests.test_loop import build, small
+import zoo
+from tests.test_loop import small
+from zoo.envs import make
+from zoo.learner import learner_for_devices
+from zoo.loop import Loop
+from zoo.replay import build_replay
+
+
+def build(spec, num_envs: int):
+    """tests.test_loop.build with the learner a run on this host uses."""
+    env = make("CartPole-v1", num_envs=num_envs, seed=3)
+    net = zoo.build_network(
+        spec,
+        observation_shape=env.observation_shape,
+        num_actions=env.num_actions,
+        key=jax.random.PRNGKey(0),
+    )
+    core = net.initial_state() if spec.recurrent else None
+    replay = build_replay(
+        spec,
+        num_envs=num_envs,
+        observation_shape=env.observation_shape,
+        observation_dtype=env.observation_dtype,
+        core_state=core,
+    )
+    learner = learner_for_devices(spec)
+    loop = Loop(spec, env, learner, replay, core)
+    carry = loop.init(learner.init(net, jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
+    return env, loop, carry
 
 
 def main() -> None:

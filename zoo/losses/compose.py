@@ -32,7 +32,6 @@ import jax.numpy as jnp
 
 from zoo import registry
 from zoo.losses.components import Bonus, munchausen_bonus, no_bonus
-from zoo.replay.kinds import replay_kind
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, NetworkOutput, SequenceBatch, Transition
@@ -86,14 +85,26 @@ class Loss:
       spec: the spec it was built from.
       recurrent: whether it takes :class:`~zoo.types.SequenceBatch` (else
         :class:`~zoo.types.Transition`).
-      prioritized: whether it returns priorities.
+      prioritized: whether it returns priorities: whether the spec's replay kind samples by
+        priority (the ``replay`` axis of the registry says; the loss never imports the replay).
+      metric_names: the keys of ``LossAux.metrics``, in a fixed order (the training loop sums
+        them in this order).
     """
+
+    metric_names: tuple[str, ...] = (
+        "loss",
+        "td_loss",
+        "regularizer",
+        "abs_td",
+        "q_sa",
+        "importance_exponent",
+    )
 
     def __init__(self, spec: AlgorithmSpec, axis_name: str | None = None):
         loss = spec.loss
         self.spec = spec
         self.recurrent = spec.recurrent
-        self.prioritized = replay_kind(spec).prioritized
+        self.prioritized = bool(registry.get("replay", spec.replay.kind)(spec.replay).prioritized)
         self._axis_name = axis_name
         td = registry.get("td", loss.td.kind)(loss.td)
         self._head_loss = registry.get("head_loss", spec.network.head.kind)(
@@ -252,14 +263,15 @@ class Loss:
         regularizer = self._regularizer(q_sa, mask)
         total = td_loss + regularizer
         priorities = jax.vmap(self._priority)(abs_td, item_loss, mask) if self.prioritized else None
-        metrics = {
-            "loss": total,
-            "td_loss": td_loss,
-            "regularizer": regularizer,
-            "abs_td": jnp.sum(mask * abs_td) / jnp.maximum(jnp.sum(mask), 1.0),
-            "q_sa": jnp.sum(mask * q_sa) / jnp.maximum(jnp.sum(mask), 1.0),
-            "importance_exponent": beta,
-        }
+        values = (
+            total,
+            td_loss,
+            regularizer,
+            jnp.sum(mask * abs_td) / jnp.maximum(jnp.sum(mask), 1.0),
+            jnp.sum(mask * q_sa) / jnp.maximum(jnp.sum(mask), 1.0),
+            beta,
+        )
+        metrics = dict(zip(self.metric_names, values, strict=True))
         return total, LossAux(priorities=priorities, metrics=metrics)
 
 

@@ -10,6 +10,8 @@
                                         first, valid))
     batch, info = replay.sample(state, key, batch_size)      # Transition | SequenceBatch
     state = replay.update_priorities(state, info.indices, aux.priorities)
+    pending = replay.defer_priorities(info, aux.priorities)  # or write them later:
+    state = replay.write_priorities(state, pending)          # (what the training loop does)
 
 Everything is a pure function of an explicit :class:`ReplayState` of device arrays, so the same
 replay serves a host loop (jit ``add`` and ``update_priorities`` with ``donate_argnums=0``, and
@@ -36,7 +38,7 @@ from zoo.replay.kinds import ReplayKind, replay_kind
 from zoo.replay.sampling import proportional_sample
 from zoo.replay.sequences import SequenceReplay
 from zoo.replay.transitions import TransitionReplay, n_step_window
-from zoo.replay.types import ReplayState, SampleInfo, StepBatch
+from zoo.replay.types import PendingPriorities, ReplayState, SampleInfo, StepBatch
 
 if TYPE_CHECKING:  # pragma: no cover - the spec is only read, never constructed, here
     from zoo.spec import AlgorithmSpec
@@ -45,6 +47,7 @@ PyTree = Any
 
 __all__ = [
     "PRIORITY_FLOOR",
+    "PendingPriorities",
     "Replay",
     "ReplayKind",
     "ReplayState",

@@ -50,7 +50,7 @@ import numpy as np
 
 from zoo.replay.frames import stacked_frames
 from zoo.replay.sampling import proportional_sample
-from zoo.replay.types import ReplayState, SampleInfo, StepBatch
+from zoo.replay.types import PendingPriorities, ReplayState, SampleInfo, StepBatch
 
 Array = jax.Array
 PyTree = Any
@@ -255,6 +255,57 @@ class Replay(abc.ABC):
         weight = state.weight.at[env, item].set(new)
         return state._replace(weight=weight, max_priority=top)
 
+    def no_pending_priorities(self, batch_size: int) -> PendingPriorities | None:
+        """What a driver carries before the first update: nothing to write (``valid`` False),
+        with the shapes of a batch of ``batch_size``; ``None`` without priorities."""
+        if not self.prioritized:
+            return None
+        return PendingPriorities(
+            indices=jnp.zeros((batch_size,), jnp.int32),
+            priorities=jnp.zeros((batch_size,), jnp.float32),
+            sampled_at=jnp.zeros((), jnp.int32),
+            valid=jnp.zeros((), bool),
+        )
+
+    def defer_priorities(
+        self, info: SampleInfo, priorities: Array | None
+    ) -> PendingPriorities | None:
+        """New priorities of a sampled batch, to be written later by :meth:`write_priorities`
+        (``None`` without priorities). ``info`` is the batch's :class:`SampleInfo`."""
+        if not self.prioritized:
+            return None
+        return PendingPriorities(info.indices, priorities, info.sampled_at, jnp.ones((), bool))
+
+    def write_priorities(
+        self, state: ReplayState, pending: PendingPriorities | None
+    ) -> ReplayState:
+        """``state`` with deferred priorities written (:meth:`update_priorities` with the
+        cursor they were sampled at); unchanged where ``pending`` is ``None`` or not valid."""
+        if pending is None:
+            return state
+        written = self.update_priorities(
+            state, pending.indices, pending.priorities, pending.sampled_at
+        )
+        return state._replace(
+            weight=jnp.where(pending.valid, written.weight, state.weight),
+            max_priority=jnp.where(pending.valid, written.max_priority, state.max_priority),
+        )
+
+    def priority_state(self, state: ReplayState) -> tuple[Array | None, Array]:
+        """The part of ``state`` that writing priorities changes: ``(weight, max_priority)``.
+
+        Small beside the frames: a compiled driver passes only this through ``lax.cond`` around
+        a learn step, so that XLA never copies the buffer.
+        """
+        return state.weight, state.max_priority
+
+    def with_priority_state(
+        self, state: ReplayState, part: tuple[Array | None, Array]
+    ) -> ReplayState:
+        """``state`` with its :meth:`priority_state` replaced by ``part``."""
+        weight, top = part
+        return state._replace(weight=weight, max_priority=top)
+
     # ------------------------------------------------------------------------ reading
 
     def _inside(self, state: ReplayState, item: Array) -> Array:
@@ -312,7 +363,7 @@ class Replay(abc.ABC):
         env = indices // self.items_per_env
         item = indices % self.items_per_env
         batch = self._batch(state, env, item, probability)
-        return batch, SampleInfo(indices=indices, probability=probability)
+        return batch, SampleInfo(indices=indices, probability=probability, sampled_at=state.cursor)
 
     @abc.abstractmethod
     def _batch(self, state: ReplayState, env: Array, item: Array, probability: Array) -> Any:

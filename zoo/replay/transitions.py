@@ -9,9 +9,9 @@ first slot that terminated or truncated (``k = n`` if none does within ``n`` slo
     next_observation = o_{t+k}
 
 so a termination gives discount 0 and a truncation bootstraps from the final observation (the
-pseudo-step's, at ``t + k``) with the γ powers; the loss multiplies by γ once more (DESIGN.md,
-"n-step transitions"). Pseudo-steps (``valid`` False) never start a window; they only supply the
-bootstrap observation of windows ending just before them.
+pseudo-step's, at ``t + k``) with the γ powers; the loss multiplies by γ once more
+(``docs/design.md``, "n-step transitions"). Pseudo-steps (``valid`` False) never start a window;
+they only supply the bootstrap observation of windows ending just before them.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import jax
 Array = jax.Array
 PyTree = Any
 
-__all__ = ["ReplayState", "SampleInfo", "StepBatch"]
+__all__ = ["PendingPriorities", "ReplayState", "SampleInfo", "StepBatch"]
 
 
 class StepBatch(NamedTuple):
@@ -55,10 +55,33 @@ class SampleInfo(NamedTuple):
       indices: ``[B]`` int32 flat item indices (``env * items_per_env + item``), the handle
         :meth:`Replay.update_priorities` takes.
       probability: ``[B]`` the probability with which each item was drawn (also in the batch).
+      sampled_at: int32 scalar, the replay's ``cursor`` when the batch was drawn (priorities
+        written later skip items overwritten since; ``None`` where not recorded).
     """
 
     indices: Array
     probability: Array
+    sampled_at: Array | None = None
+
+
+class PendingPriorities(NamedTuple):
+    """An update's priorities, not yet written (:meth:`Replay.write_priorities` writes them).
+
+    A driver lets acting overlap an update by writing its priorities just before the next
+    sample; this is what it carries in between (``None`` for a replay without priorities).
+
+    Attributes:
+      indices: ``[B]`` the sampled items (``SampleInfo.indices``).
+      priorities: ``[B]`` their new priorities (``LossAux.priorities``).
+      sampled_at: the replay cursor when they were sampled (items overwritten since keep the
+        priority they entered with).
+      valid: bool scalar, whether there is anything to write (False before the first update).
+    """
+
+    indices: Array
+    priorities: Array
+    sampled_at: Array
+    valid: Array
 
 
 class ReplayState(NamedTuple):

@@ -7,6 +7,8 @@ returned only after its ~17 ms had run). ``async_jit`` keeps ``jax.jit``'s async
 dispatch: array leaves (``jax.Array`` and ``numpy.ndarray``) are traced, every other leaf
 (functions, Python numbers, ``None``) is static and part of the cache key, and the static part
 of the output is recorded at trace time and recombined on return.
+
+The training loop's drivers (:mod:`zoo.drivers`), :mod:`zoo.seeds` and the benchmarks use it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,231 @@
+"""Learning from the replay: when to update (the update-credit rule) and one learn step.
+
+**The update-credit rule** (:class:`UpdateCredit`), the one statement of it that every driver
+uses: once ``replay.min_size`` transitions have been inserted, each vector step of ``N``
+environments credits ``N`` transitions; while the credit is at least ``schedule.update_period``,
+one update runs and ``update_period`` is spent (fractional credit carries over). A vector step
+is therefore due at most ``⌈(update_period − 1 + N) / update_period⌉`` updates. Its methods are
+written once for Python numbers and device arrays alike, so a host driver can mirror on the host
+exactly what the device computes.
+
+**One learn step** (:class:`LearnStep`): sample → update → priorities.
+
+1. write the previous update's priorities into the replay and draw a batch
+   (:meth:`LearnStep.sample`);
+2. run the learner's update on it (:meth:`LearnStep.update`); its priorities are *deferred*
+   (:meth:`zoo.replay.Replay.defer_priorities`) until just before the next sample, so that
+   acting can overlap the update;
+3. hand the actors the online network as it was *before* the update (the actors lag the
+   learner by one update), and add the update's metrics to the running sums.
+
+A learn step reads and writes a :class:`LearnCarry` and the replay state; it never touches the
+environments or the actor's state. The pieces are pure functions: the compiled driver calls them
+inside ``lax.scan``, the host driver jits ``sample`` and ``update`` separately (so the update is
+dispatched without waiting for it) and passes them in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from zoo.learner import DataParallelLearner, Learner, LearnerState
+from zoo.replay import PendingPriorities, Replay, SampleInfo
+from zoo.spec import AlgorithmSpec
+
+__all__ = ["LearnCarry", "LearnStep", "UpdateCredit", "learner_report"]
+
+
+def learner_report(updates: jax.Array, last_loss: jax.Array) -> jax.Array:
+    """``[updates, loss]`` of a learner state: what the host watches (float32)."""
+    return jnp.stack([updates.astype(jnp.float32), last_loss])
+
+
+class UpdateCredit:
+    """The update-credit rule of ``spec`` for ``num_envs`` environments (see the module doc).
+
+    Every method takes and returns Python numbers or JAX arrays alike.
+
+    Attributes:
+      period: ``schedule.update_period`` (credited transitions per update).
+      min_size: ``replay.min_size`` (transitions inserted before any credit).
+      num_envs: transitions per vector step.
+      max_updates: the most updates one vector step can be due.
+    """
+
+    def __init__(self, spec: AlgorithmSpec, num_envs: int):
+        self.period = float(spec.schedule.update_period)
+        self.min_size = int(spec.replay.min_size)
+        self.num_envs = num_envs
+        period = spec.schedule.update_period
+        # credit < update_period after learning, so a vector step is due at most this many
+        self.max_updates = (period - 1 + num_envs) // period
+
+    def earn(self, env_steps: Any, credit: Any) -> Any:
+        """The credit after a vector step that brought the transitions inserted to
+        ``env_steps``: ``num_envs`` more once ``min_size`` are in."""
+        if isinstance(env_steps, int):
+            return credit + self.num_envs if env_steps >= self.min_size else credit
+        return jnp.where(env_steps >= self.min_size, credit + self.num_envs, credit)
+
+    def due(self, credit: Any) -> Any:
+        """Whether an update is due at this credit."""
+        return credit >= self.period
+
+    def spend(self, credit: Any) -> Any:
+        """The credit after one update."""
+        return credit - self.period
+
+
+class LearnCarry(eqx.Module):
+    """What a learn step reads and writes besides the replay state.
+
+    Attributes:
+      learner: the learner state (networks, optimizer state, update count, noise key).
+      key: the PRNG key the sampler splits.
+      deferred: the latest update's priorities, not yet written (``None`` for a replay without
+        priorities).
+      metric_sums: sums of the updates' metrics since they were last reset, in the loss's
+        ``metric_names`` order.
+      metric_count: updates summed in ``metric_sums`` (int32).
+      last_loss: the latest update's loss (NaN before the first update).
+      actor: the online network the actors act with: the learner's before its latest update.
+      actor_report: :func:`learner_report` of the learner state ``actor`` came from.
+    """
+
+    learner: LearnerState
+    key: jax.Array
+    deferred: PendingPriorities | None
+    metric_sums: jax.Array
+    metric_count: jax.Array
+    last_loss: jax.Array
+    actor: Any
+    actor_report: jax.Array
+
+
+class LearnStep:
+    """Sample → update → priorities, for one learner and one replay.
+
+    Args:
+      learner: the learner whose update runs (:class:`~zoo.learner.Learner` or
+        :class:`~zoo.learner.DataParallelLearner`).
+      replay: the replay sampled from.
+      batch_size: items per batch (``replay.batch_size``).
+
+    Attributes:
+      metric_names: the loss's metric names, the order of ``LearnCarry.metric_sums``.
+    """
+
+    def __init__(self, learner: Learner | DataParallelLearner, replay: Replay, batch_size: int):
+        self.learner = learner
+        self.replay = replay
+        self.batch_size = int(batch_size)
+        self.metric_names = tuple(learner.loss.metric_names)
+
+    def init(self, learner_state: LearnerState, key: jax.Array) -> LearnCarry:
+        """The carry before the first update (the actors act with ``learner_state``'s network;
+        set it with :meth:`with_learner`)."""
+        carry = LearnCarry(
+            learner=learner_state,
+            key=key,
+            deferred=self.replay.no_pending_priorities(self.batch_size),
+            metric_sums=jnp.zeros((len(self.metric_names),), jnp.float32),
+            metric_count=jnp.zeros((), jnp.int32),
+            last_loss=jnp.full((), jnp.nan, jnp.float32),
+            actor=None,
+            actor_report=None,
+        )
+        return self.with_learner(carry, learner_state)
+
+    @staticmethod
+    def with_learner(carry: LearnCarry, learner_state: LearnerState) -> LearnCarry:
+        """``carry`` with a new learner state, the actors acting with its online network.
+
+        The actors get a copy: a compiled driver donates the carry, and a buffer cannot be
+        donated twice.
+        """
+        actor = jax.tree.map(
+            lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, learner_state.online
+        )
+        report = learner_report(learner_state.updates, carry.last_loss)
+        return dataclasses.replace(carry, learner=learner_state, actor=actor, actor_report=report)
+
+    def sample(
+        self, replay_state: Any, deferred: PendingPriorities | None, key: jax.Array
+    ) -> tuple[Any, jax.Array, Any, SampleInfo]:
+        """Write the previous update's priorities, then draw a batch.
+
+        Returns ``(replay_state, key, batch, info)``.
+        """
+        replay_state = self.replay.write_priorities(replay_state, deferred)
+        key, sub = jax.random.split(key)
+        batch, info = self.replay.sample(replay_state, sub, self.batch_size)
+        return replay_state, key, batch, info
+
+    def update(
+        self,
+        learner_state: LearnerState,
+        batch: Any,
+        info: SampleInfo,
+        sums: jax.Array,
+        count: jax.Array,
+    ) -> tuple[LearnerState, PendingPriorities | None, jax.Array, jax.Array, jax.Array]:
+        """One update on a sampled batch; its priorities are deferred to the next sample.
+
+        Returns ``(learner_state, deferred, metric_sums, metric_count, loss)``.
+        """
+        learner_state, aux = self.learner.update(learner_state, batch)
+        metrics = jnp.stack([jnp.asarray(aux.metrics[m], jnp.float32) for m in self.metric_names])
+        deferred = self.replay.defer_priorities(info, aux.priorities)
+        return learner_state, deferred, sums + metrics, count + 1, metrics[0]
+
+    def learn(
+        self,
+        carry: LearnCarry,
+        replay_state: Any,
+        *,
+        sample: Callable[..., Any] | None = None,
+        update: Callable[..., Any] | None = None,
+        report: Callable[..., Any] = learner_report,
+        barrier: bool = False,
+    ) -> tuple[LearnCarry, Any]:
+        """One learn step: the actors get the network as it is before the update, then sample
+        (writing the previous update's priorities first) and update.
+
+        Args:
+          carry: the learn carry.
+          replay_state: the replay state (returned with the priorities written).
+          sample, update, report: :meth:`sample`, :meth:`update` and :func:`learner_report`, or
+            jitted versions of them (a host driver dispatches each on its own).
+          barrier: materialise the batch before the update (inside one compiled program: fused
+            into its consumer, the frame gather turns XLA:CPU's convolutions into slow generic
+            loops, measured).
+
+        Returns:
+          ``(carry, replay_state)``.
+        """
+        sample = self.sample if sample is None else sample
+        update = self.update if update is None else update
+        actor, actor_report = carry.learner.online, report(carry.learner.updates, carry.last_loss)
+        replay_state, key, batch, info = sample(replay_state, carry.deferred, carry.key)
+        if barrier:
+            batch = jax.lax.optimization_barrier(batch)
+        learner, deferred, sums, count, loss = update(
+            carry.learner, batch, info, carry.metric_sums, carry.metric_count
+        )
+        carry = LearnCarry(
+            learner=learner,
+            key=key,
+            deferred=deferred,
+            metric_sums=sums,
+            metric_count=count,
+            last_loss=loss,
+            actor=actor,
+            actor_report=actor_report,
+        )
+        return carry, replay_state
