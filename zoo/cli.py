@@ -102,7 +102,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         algorithm = spec.algorithm_for(preset)
         print(spec.describe(spec.load_algorithm(algorithm, overrides=overrides)), end="")
         shipped = name.removeprefix(spec.PRESET_PREFIX)
-        if not spec._looks_like_path(shipped):
+        if not spec.looks_like_path(shipped):
             _installed_hint(spec.presets_dir() / f"{shipped}.yaml", "presets")
         return 0
     print(spec.describe(spec.load_algorithm(name, overrides=overrides)), end="")
@@ -110,7 +110,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         print(
             f"# {name!r} is also a preset (a paper's settings): zoo show {spec.PRESET_PREFIX}{name}"
         )
-    if not spec._looks_like_path(name):
+    if not spec.looks_like_path(name):
         _installed_hint(spec.catalogue_path(), "algorithms.yaml")
     return 0
 

@@ -1335,7 +1335,9 @@ def preset_names(pattern: str = "*") -> list[str]:
     )
 
 
-def _looks_like_path(ref: str) -> bool:
+def looks_like_path(ref: str) -> bool:
+    """Whether an algorithm or preset reference is a file path (``x.yaml``, ``dir/x``,
+    ``x.yaml:entry``) rather than a name."""
     return ref.endswith((".yaml", ".yml")) or "/" in ref or os.sep in ref or ".yaml:" in ref
 
 
@@ -1422,7 +1424,7 @@ def load_algorithm(
         data = apply_overrides(ref.model_dump(mode="json", serialize_as_any=True), overrides)
         return _validate(AlgorithmSpec, data, "--set", ref.name)
     ref = str(ref)
-    if _looks_like_path(ref):
+    if looks_like_path(ref):
         path, name = _split_ref(ref)
         entries = _entries(path)
         if name is None:
@@ -1471,7 +1473,7 @@ def is_preset(ref: str | os.PathLike[str]) -> bool:
     ref = str(ref)
     if ref.startswith(PRESET_PREFIX):
         return True
-    if not _looks_like_path(ref):
+    if not looks_like_path(ref):
         return ref in preset_names() and ref not in algorithm_names()
     path, name = _split_ref(ref)
     if name is not None or not Path(path).is_file():
@@ -1485,7 +1487,7 @@ def load_preset(ref: str | os.PathLike[str]) -> Preset:
     ref = str(ref)
     named = ref.startswith(PRESET_PREFIX)
     ref = ref.removeprefix(PRESET_PREFIX)
-    if _looks_like_path(ref) and not named:
+    if looks_like_path(ref) and not named:
         path = Path(ref)
     else:
         path = presets_dir() / f"{ref}.yaml"
