@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, WrapValidator, model_validato
 from zoo import registry
 
 __all__ = [
+    "PRESET_PREFIX",
     "AlgorithmSpec",
     "Budget",
     "Component",
@@ -59,6 +60,7 @@ __all__ = [
     "load_algorithm",
     "load_algorithms_file",
     "load_preset",
+    "looks_like_path",
     "parse_overrides",
     "preset_names",
     "presets_dir",
