@@ -26,9 +26,8 @@ dispatched without waiting for it) and passes them in.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -82,8 +81,12 @@ class UpdateCredit:
         return credit - self.period
 
 
-class LearnCarry(eqx.Module):
+class LearnCarry(NamedTuple):
     """What a learn step reads and writes besides the replay state.
+
+    A ``NamedTuple`` (a pytree with named fields) rather than an ``eqx.Module``: the host
+    driver builds two per update on the host, and constructing an ``eqx.Module`` costs ~0.1–0.4
+    ms there (measured), ~10% of a CartPole vector step of the host driver.
 
     Attributes:
       learner: the learner state (networks, optimizer state, update count, noise key).
@@ -153,7 +156,7 @@ class LearnStep:
             lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, learner_state.online
         )
         report = learner_report(learner_state.updates, carry.last_loss)
-        return dataclasses.replace(carry, learner=learner_state, actor=actor, actor_report=report)
+        return carry._replace(learner=learner_state, actor=actor, actor_report=report)
 
     def sample(
         self, replay_state: Any, deferred: PendingPriorities | None, key: jax.Array

@@ -143,7 +143,7 @@ class LoopCarry(eqx.Module):
 
 
 #: The fields of :class:`LoopCarry` a learn step owns: those of :class:`~zoo.learn.LearnCarry`.
-_LEARN_FIELDS = tuple(f.name for f in dataclasses.fields(LearnCarry))
+_LEARN_FIELDS = LearnCarry._fields
 
 
 @dataclass
