@@ -358,6 +358,19 @@ _ENVPOOL_FRAMES = (
 )
 
 
+def _dopamine_frames(atari_lib: str) -> tuple[SourceSetting, ...]:
+    """The frame settings of Dopamine's ``AtariPreprocessing`` (baseline and Atari 100k alike)."""
+    S = SourceSetting
+    return (
+        S("fire_reset", "no FIRE at reset", atari_lib),
+        S("frame_skip", "4 (AtariPreprocessing frame_skip=4)", atari_lib),
+        S("max_pool", "max over the last 2 frames of each repeat", atari_lib),
+        S("frame_shape", "84×84 (screen_size 84)", atari_lib),
+        S("grayscale", "yes (ale.getScreenGrayscale)", atari_lib),
+        S("stack", "4 (NATURE_DQN_STACK_SIZE)", atari_lib),
+    )
+
+
 def _dqn_zoo_settings() -> tuple[SourceSetting, ...]:
     S = SourceSetting
     return (
@@ -503,12 +516,7 @@ def _dopamine_settings(full_action_set: bool) -> tuple[SourceSetting, ...]:
             atari_lib,
         ),
         S("life_loss_resets_stack", "no (no life-loss signal)", atari_lib),
-        S("fire_reset", "no FIRE at reset", atari_lib),
-        S("frame_skip", "4 (AtariPreprocessing frame_skip=4)", atari_lib),
-        S("max_pool", "max over the last 2 frames of each repeat", atari_lib),
-        S("frame_shape", "84×84 (screen_size 84)", atari_lib),
-        S("grayscale", "yes (ale.getScreenGrayscale)", atari_lib),
-        S("stack", "4 (NATURE_DQN_STACK_SIZE)", atari_lib),
+        *_dopamine_frames(atari_lib),
         S(
             "game_start_stack",
             "zeros in the oldest slots: the state is zero-filled at begin_episode and each frame "
@@ -586,12 +594,7 @@ def _atari_100k_settings() -> tuple[SourceSetting, ...]:
             "zero-filled (reset_one) before the next frame is rolled in",
             runner + " (_run_parallel), atari_100k_rainbow_agent.py (reset_one)",
         ),
-        S("fire_reset", "no FIRE at reset", atari_lib),
-        S("frame_skip", "4 (AtariPreprocessing frame_skip=4)", atari_lib),
-        S("max_pool", "max over the last 2 frames of each repeat", atari_lib),
-        S("frame_shape", "84×84 (screen_size 84)", atari_lib),
-        S("grayscale", "yes (ale.getScreenGrayscale)", atari_lib),
-        S("stack", "4 (NATURE_DQN_STACK_SIZE)", atari_lib),
+        *_dopamine_frames(atari_lib),
         S(
             "game_start_stack",
             "zeros in the oldest slots, at a game start and after each lost life "
