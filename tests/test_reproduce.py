@@ -55,7 +55,9 @@ def reproduced(tmp_path_factory):
         if name == "full":
             outputs["snapshot"] = {s: snapshot(root / PRESET / "CartPole-v1" / s) for s in SEEDS}
 
-    call("partial", "--seeds", "1", "--frames", "1500", "--checkpoint-every", "500")
+    call(
+        "partial", "--seeds", "1", "--frames", "1500", "--checkpoint-every", "500", "--loop", "host"
+    )
     call("full", "--seeds", "2", "--frames", "3000")
     call("again", "--seeds", "2", "--frames", "3000")
     return root, outputs
@@ -77,6 +79,24 @@ def test_reproduce_resumes_a_partial_run_and_trains_the_missing_seed(reproduced)
     # --checkpoint-every is the run's own setting: the resume checkpoints on its multiples
     checkpoints = root / PRESET / "CartPole-v1" / "seed0" / "checkpoints"
     assert sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) == [2500, 3000]
+
+
+def test_loop_applies_to_new_runs_and_a_resumed_run_keeps_its_own(reproduced):
+    root, _ = reproduced
+    loops = {s: _settings(root / PRESET / "CartPole-v1" / s)["loop"] for s in SEEDS}
+    # seed 0 was created with --loop host and resumed without it; seed 1 was new without it
+    assert loops == {"seed0": "host", "seed1": "auto"}
+    last = {
+        s: read_jsonl(root / PRESET / "CartPole-v1" / s / "metrics.jsonl")[-1]["loop"]
+        for s in SEEDS
+    }
+    assert last == {"seed0": "host", "seed1": "compiled"}
+
+
+def _settings(run: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((run / "run.yaml").read_text())
 
 
 def test_reproduce_writes_table_markdown_json_and_plot(reproduced):

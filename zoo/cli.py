@@ -345,6 +345,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             eval_every=args.eval_every,
             checkpoint_every=args.checkpoint_every,
             num_envs=args.num_envs,
+            loop=args.loop,
             overrides=spec.parse_overrides(args.set or []),
         )
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
@@ -622,6 +623,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--num-envs", type=_NUM_ENVS, help="parallel environments (default: the preset's)"
+    )
+    p.add_argument(
+        "--loop",
+        choices=["auto", "host", "compiled"],
+        help="loop path of new runs (as zoo train's --loop; default auto); resumed runs keep "
+        "theirs",
     )
     _progress_option(p)
     p.set_defaults(func=_cmd_reproduce)

@@ -120,6 +120,7 @@ def reproduce(
     checkpoint_every: int | None = None,
     overrides: Mapping[str, Any] | None = None,
     num_envs: int | None = None,
+    loop: str | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> ReproduceResult:
@@ -138,6 +139,8 @@ def reproduce(
       overrides: dotted overrides of the preset for new runs (``{"replay.capacity": 400000}``
         where the preset's replay does not fit); a resumed run keeps its own spec.
       num_envs: parallel environments (default: the preset's).
+      loop: the loop path of new runs (``auto``, ``host`` or ``compiled``; see
+        :func:`zoo.run.train`); a resumed run keeps its own.
       progress: show each run's progress line on a terminal.
       log: where status lines go.
 
@@ -194,6 +197,7 @@ def reproduce(
                 eval_episodes=eval_episodes,
                 progress=progress,
                 num_envs=num_envs,
+                loop=loop,
             )
             if is_run:
                 _check_same_run(
