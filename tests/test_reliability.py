@@ -307,7 +307,7 @@ def test_a_network_too_large_for_memory_is_refused_at_run_start_without_allocati
     # the spec's lower bound (no input layer) passes this network; the exact count from shapes
     # (eval_shape: input 4 x width, output width x 2, biases) is 7 x width parameters, which
     # with the target network and Adam's moments is 2.3 times the machine's memory
-    memory = spec._physical_memory()
+    memory = spec.physical_memory()
     if memory is None:
         pytest.skip("the system does not say how much memory it has")
     width = memory // 48

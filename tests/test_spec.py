@@ -368,3 +368,84 @@ def test_preset_prefix_names_the_preset_where_a_catalogue_entry_shares_its_name(
     entry, pinned = spec.load_algorithm("c51"), spec.algorithm_for(preset)
     assert entry.name == pinned.name == "c51"
     assert entry != pinned  # the preset's published values differ from the entry's defaults
+
+
+# ------------------------------------------------------------------ rules live with the parts
+
+
+def test_axis_paths_are_read_off_the_axis_declarations():
+    # the paths the error translator uses to list registered user components of an axis
+    assert spec.axis_paths(spec.AlgorithmSpec) == {
+        ("network", "torso"): "torso",
+        ("network", "core"): "core",
+        ("network", "head"): "head",
+        ("loss", "bootstrap"): "bootstrap",
+        ("loss", "td"): "td",
+        ("loss", "value_transform"): "value_transform",
+        ("loss", "regularizer"): "regularizer",
+        ("loss", "importance_exponent"): "schedule",
+        ("loss", "priority"): "priority",
+        ("optimizer",): "optimizer",
+        ("schedule", "epsilon"): "schedule",
+    }
+
+
+def test_a_users_head_states_its_own_td_rule_and_the_composer_rules_apply_to_it():
+    from typing import ClassVar, Literal
+
+    from zoo import registry
+
+    class MedianHead(spec.Head):
+        """A user's head trained only by the squared loss (a made-up rule for the test)."""
+
+        output: ClassVar[str] = "values"
+        td_losses: ClassVar[tuple[str, ...] | None] = ("squared",)
+        trained_with: ClassVar[str] = "the squared loss"
+        td_fix: ClassVar[str] = "`loss.td: squared`"
+        kind: Literal["median_test"] = "median_test"
+
+    registry.register("head", "median_test", config=MedianHead)(lambda config: None)
+    try:
+        ok = spec.load_algorithm("dqn", overrides={"network.head": "median_test"})
+        assert isinstance(ok.network.head, MedianHead)
+        with pytest.raises(SpecError) as e:
+            spec.load_algorithm(
+                "dqn", overrides={"network.head": "median_test", "loss.td": "huber"}
+            )
+        assert [(p.path, p.message) for p in e.value.problems] == [
+            (
+                "loss.td",
+                "a median_test head is trained with the squared loss; got 'huber', "
+                "set `loss.td: squared`",
+            )
+        ]
+        # cross_entropy asks the head for a distribution, whichever head it is
+        with pytest.raises(SpecError, match="cross_entropy needs a categorical head, the head is "):
+            spec.load_algorithm(
+                "dqn", overrides={"network.head": "median_test", "loss.td": "cross_entropy"}
+            )
+    finally:
+        registry.unregister("head", "median_test")
+
+
+def test_every_problem_comes_from_the_part_that_states_it():
+    # one spec breaking rules of five parts: all are reported at once, each at its field
+    with pytest.raises(SpecError) as e:
+        spec.load_algorithm(
+            "dqn",
+            overrides={
+                "loss.bootstrap": "soft",
+                "network.head": "quantile",
+                "replay.min_size": 10,
+                "schedule.epsilon": 1.5,
+                "optimizer.learning_rate": 0,
+            },
+        )
+    paths = sorted(p.path for p in e.value.problems)
+    assert paths == [
+        "loss.td",
+        "loss.temperature",
+        "optimizer.learning_rate",
+        "replay.min_size",
+        "schedule.epsilon",
+    ]

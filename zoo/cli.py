@@ -117,7 +117,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _installed(path: Path) -> bool:
     """Whether ``path`` is package data of an installed (not editable) zoo."""
-    return (Path(spec.__file__).resolve().parent / "_data") in path.resolve().parents
+    return spec.is_package_data(path)
 
 
 def _installed_hint(path: Path, what: str) -> None:

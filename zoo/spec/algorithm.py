@@ -1,0 +1,92 @@
+"""The algorithm: a point in the product of the axes, checked as a whole.
+
+:class:`AlgorithmSpec` validates field by field, then asks every part of the tree for the
+combinations it cannot work with (:meth:`zoo.spec.base.Model.spec_problems`): the rules live
+with the parts that impose them, and all problems are reported at once.
+
+Units: every count of steps is in *transitions* (agent steps summed over environments), except
+``target_update_period`` and the steps of schedules evaluated by the learner (β, learning rate),
+which are *learner updates*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import Field, model_validator
+
+from zoo.spec.base import Model, axis, walk
+from zoo.spec.loss import LossSpec
+from zoo.spec.network import NetworkSpec
+from zoo.spec.optimizers import Adam, Optimizers
+from zoo.spec.replay import ReplaySpec
+from zoo.spec.schedules import LinearSchedule, Schedule, probability_problems
+
+__all__ = ["AlgorithmSpec", "ScheduleSpec", "spec_problems"]
+
+_Optimizer = axis("optimizer", Optimizers, None)
+
+
+class ScheduleSpec(Model):
+    """When things happen."""
+
+    update_period: int = Field(4, ge=1, description="transitions inserted per learner update")
+    target_update_period: int = Field(
+        2000, ge=1, description="learner updates between target updates"
+    )
+    target_update_rate: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Polyak rate of each target update: 1 copies the online parameters",
+    )
+    epsilon: Schedule = Field(
+        default_factory=lambda: LinearSchedule(start=1.0, end=0.01, steps=250_000),
+        description="ε-greedy exploration over transitions (noisy networks act greedily)",
+    )
+    eval_epsilon: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="ε of the ε-greedy evaluation policy (a paper's value, e.g. 0.05 for Nature "
+        "DQN, 0.001 for C51); null = the evaluation protocol's",
+    )
+
+    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+        """ε is a probability."""
+        del spec
+        yield from probability_problems("schedule.epsilon", self.epsilon, "ε is a probability")
+
+
+class AlgorithmSpec(Model):
+    """One algorithm: a point in the product of the axes."""
+
+    name: str = Field("", description="catalogue or file entry name")
+    summary: str = Field("", description="what the algorithm is, docstring style")
+    paper: str | None = Field(None, description="link to the paper")
+    notes: str | None = Field(None, description="where this entry knowingly differs, and why")
+    network: NetworkSpec = Field(default_factory=NetworkSpec, description="the network")
+    loss: LossSpec = Field(default_factory=LossSpec, description="the loss")
+    replay: ReplaySpec = Field(default_factory=ReplaySpec, description="the replay")
+    optimizer: _Optimizer = Field(
+        default_factory=lambda: Adam(), description="{kind: adam | rmsprop, ...}"
+    )
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="the schedules")
+
+    @model_validator(mode="after")
+    def _combinations(self) -> AlgorithmSpec:
+        problems = list(spec_problems(self))
+        if problems:
+            raise ValueError("\n".join(f"@{path}@ {msg}" for path, msg in problems))
+        return self
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the network has a recurrent core (and the replay stores sequences)."""
+        return self.network.core is not None
+
+
+def spec_problems(spec: AlgorithmSpec) -> list[tuple[str, str]]:
+    """``(path, message)`` of every combination in ``spec`` that validates field by field but
+    makes no sense together: each part of the tree states its own rules."""
+    return [p for part in walk(spec) for p in part.spec_problems(spec)]

@@ -1,0 +1,268 @@
+"""The network axes: torso → (core) → hidden → head, and what a head needs of the loss."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Union
+
+from pydantic import Field, model_validator
+
+from zoo.spec.base import Component, Model, axis
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zoo.spec.algorithm import AlgorithmSpec
+
+__all__ = [
+    "PARAMETER_COPIES",
+    "AutoTorso",
+    "CategoricalHead",
+    "Head",
+    "ImpalaCnnTorso",
+    "LstmCore",
+    "MinatarCnnTorso",
+    "MlpTorso",
+    "NatureCnnTorso",
+    "NetworkSpec",
+    "QHead",
+    "QuantileHead",
+    "format_bytes",
+    "network_parameter_lower_bound",
+    "physical_memory",
+]
+
+
+#: A layer width (units or channels): a layer of 0 units computes nothing.
+Width = Annotated[int, Field(gt=0)]
+
+
+class AutoTorso(Component):
+    """Nature CNN for rank-3 (image) observations, else an MLP of ``sizes``."""
+
+    kind: Literal["auto"] = "auto"
+    sizes: list[Width] = Field(
+        default_factory=list, description="MLP layer sizes used for non-image observations"
+    )
+
+
+class MlpTorso(Component):
+    """Flatten, then dense ReLU layers of ``sizes`` (empty: flatten only)."""
+
+    kind: Literal["mlp"] = "mlp"
+    sizes: list[Width] = Field(default_factory=list, description="dense layer sizes")
+
+
+class NatureCnnTorso(Component):
+    """Mnih et al. 2015: conv 32×8×8/4, 64×4×4/2, 64×3×3/1, ReLU; the fc512 comes from `hidden`."""
+
+    kind: Literal["nature_cnn"] = "nature_cnn"
+
+
+class MinatarCnnTorso(Component):
+    """Revisiting Rainbow's MinAtar torso: conv ``channels``×3×3 stride 1 (SAME), ReLU, flatten."""
+
+    kind: Literal["minatar_cnn"] = "minatar_cnn"
+    channels: int = Field(16, gt=0, description="output channels of the convolution")
+    kernel_size: int = Field(3, gt=0, description="square kernel size (stride 1, SAME padding)")
+    init: Literal["glorot_uniform", "default"] = Field(
+        "glorot_uniform",
+        description="convolution weight init: glorot_uniform = variance_scaling(1, fan_avg, "
+        "uniform) with zero bias (Revisiting Rainbow's MinAtar configs) | default (Equinox's "
+        "U(±1/√fan_in))",
+    )
+
+
+class ImpalaCnnTorso(Component):
+    """Espeholt et al. 2018: per stack conv3×3, max-pool 3×3/2, two residual blocks."""
+
+    kind: Literal["impala_cnn"] = "impala_cnn"
+    channels: list[Width] = Field(
+        default_factory=lambda: [16, 32, 32],
+        min_length=1,
+        description="output channels of each stack",
+    )
+
+
+class LstmCore(Component):
+    """An LSTM between torso and head (Hochreiter & Schmidhuber 1997; R2D2 uses 512)."""
+
+    kind: Literal["lstm"] = "lstm"
+    size: int = Field(512, gt=0, description="hidden and cell state size")
+
+
+class Head(Component):
+    """Base of the value heads: what a head outputs and which td losses can train it.
+
+    A head that can only be trained by some td losses sets ``td_losses`` (their kinds),
+    ``trained_with`` (the loss in words) and ``td_fix`` (the setting that fixes it); the rule is
+    checked by :meth:`spec_problems` for every head, a user's head that subclasses this too.
+    """
+
+    #: What the head outputs per action: ``values``, ``distribution`` (probabilities over fixed
+    #: atoms) or ``quantiles``; a td loss that compares distributions asks for ``distribution``.
+    output: ClassVar[str] = "values"
+    #: The td kinds that train this head (``None``: any that compares values).
+    td_losses: ClassVar[tuple[str, ...] | None] = None
+    trained_with: ClassVar[str] = ""
+    td_fix: ClassVar[str] = ""
+
+    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+        """The td loss must be one that trains this head."""
+        td = spec.loss.td.kind
+        if self.td_losses is not None and td not in self.td_losses:
+            yield (
+                "loss.td",
+                f"a {self.kind} head is trained with {self.trained_with}; got {td!r}, "
+                f"set {self.td_fix}",
+            )
+
+
+class QHead(Head):
+    """One scalar value per action."""
+
+    kind: Literal["q"] = "q"
+
+
+class CategoricalHead(Head):
+    """C51 (Bellemare et al. 2017): a softmax over ``num_atoms`` fixed atoms per action."""
+
+    output: ClassVar[str] = "distribution"
+    td_losses: ClassVar[tuple[str, ...] | None] = ("cross_entropy",)
+    trained_with: ClassVar[str] = "cross-entropy"
+    td_fix: ClassVar[str] = "`loss.td: cross_entropy`"
+
+    kind: Literal["categorical"] = "categorical"
+    num_atoms: int = Field(51, ge=2, description="number of atoms of the support")
+    v_min: float = Field(-10.0, description="lowest atom")
+    v_max: float = Field(10.0, description="highest atom")
+
+    @model_validator(mode="after")
+    def _support(self) -> CategoricalHead:
+        if not self.v_min < self.v_max:
+            raise ValueError(f"needs v_min < v_max, got v_min={self.v_min} and v_max={self.v_max}")
+        return self
+
+
+class QuantileHead(Head):
+    """QR-DQN (Dabney et al. 2018): ``num_quantiles`` quantiles at midpoints (i + ½)/N."""
+
+    output: ClassVar[str] = "quantiles"
+    td_losses: ClassVar[tuple[str, ...] | None] = ("huber",)
+    trained_with: ClassVar[str] = "the quantile Huber loss"
+    td_fix: ClassVar[str] = (
+        "`loss.td: {kind: huber, delta: 1.0}` (delta is κ; 0 gives the pure quantile loss)"
+    )
+
+    kind: Literal["quantile"] = "quantile"
+    num_quantiles: int = Field(200, ge=1, description="number of quantiles N")
+
+
+_Torso = axis(
+    "torso", Union[AutoTorso, MlpTorso, NatureCnnTorso, ImpalaCnnTorso, MinatarCnnTorso], "auto"
+)
+_Core = axis("core", Union[LstmCore], None)
+_Head = axis("head", Union[QHead, CategoricalHead, QuantileHead], "q")
+
+
+class NetworkSpec(Model):
+    """torso → (core) → hidden → head. Networks act on one observation (Equinox convention)."""
+
+    torso: _Torso = Field(
+        default_factory=lambda: AutoTorso(),
+        description="feature extractor: auto | mlp | nature_cnn | impala_cnn | minatar_cnn; "
+        "`auto` picks nature_cnn for image (rank-3) observations and an MLP of `sizes` otherwise",
+    )
+    hidden: list[Width] = Field(
+        default_factory=lambda: [512],
+        description="dense ReLU layers between torso (or core) and the output layer; with "
+        "dueling each stream has its own copy; noisy when `noisy` is true",
+    )
+    dueling: bool = Field(False, description="dueling streams V + A − mean(A) (Wang et al. 2016)")
+    noisy: bool = Field(
+        False,
+        description="factorised Gaussian noisy layers after the torso (Fortunato et al. 2018); "
+        "the agent then acts greedily",
+    )
+    noisy_sigma0: float = Field(0.5, gt=0, description="σ₀ of noisy layers: σ = σ₀/√fan_in")
+    core: _Core | None = Field(
+        None, description="null (feed-forward) | {kind: lstm, size}; needs replay.sequence"
+    )
+    head: _Head = Field(
+        default_factory=lambda: QHead(),
+        description="q | {kind: categorical, num_atoms, v_min, v_max} | "
+        "{kind: quantile, num_quantiles}",
+    )
+
+    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+        """A recurrent core needs sequence replay; the layers must fit in this machine."""
+        if self.core is not None and spec.replay.sequence is None:
+            yield "replay.sequence", RECURRENT_NEEDS_SEQUENCES
+        memory = physical_memory()
+        if memory is None:
+            return
+        parameters = network_parameter_lower_bound(self)
+        nbytes = parameters * 4 * PARAMETER_COPIES
+        if nbytes > memory:
+            yield (
+                "network",
+                f"the layers hold at least {parameters:.3g} parameters ({format_bytes(nbytes)} "
+                f"as float32 with the target network and the optimizer's two moments), more "
+                f"than this machine's {format_bytes(memory)} of memory; use smaller layers",
+            )
+
+
+#: Said at whichever of ``network.core`` and ``replay.sequence`` is missing.
+RECURRENT_NEEDS_SEQUENCES = (
+    "a recurrent core needs sequence replay and sequence replay needs a recurrent core; "
+    "set both `network.core` and `replay.sequence`, or neither"
+)
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory of this machine, or ``None`` where the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+#: Copies of the parameters a run holds: online and target networks, two optimizer moments.
+PARAMETER_COPIES = 4
+
+
+def network_parameter_lower_bound(network: NetworkSpec) -> int:
+    """A lower bound on the parameters of ``network`` that needs no observation shape.
+
+    Counts the weights between consecutive layers whose widths the spec fixes (MLP torso sizes,
+    the core, the hidden layers, one output per action and atom); the input layer and convolutions
+    depend on the observation and are left out. :func:`zoo.run.train` counts exactly (with
+    ``jax.eval_shape``) before building anything.
+    """
+    widths: list[int] = []
+    torso = network.torso
+    if getattr(torso, "kind", None) == "mlp":
+        widths += list(torso.sizes)
+    core = network.core
+    if core is not None and getattr(core, "kind", None) == "lstm":
+        widths.append(int(core.size))
+    head = network.head
+    outputs = int(getattr(head, "num_atoms", None) or getattr(head, "num_quantiles", None) or 1)
+    streams = 2 if network.dueling else 1
+    total = 0
+    if core is not None and getattr(core, "kind", None) == "lstm":
+        total += 4 * int(core.size) * int(core.size)  # recurrent weights
+    chain = [*widths, *network.hidden, outputs]
+    for i, (a, b) in enumerate(itertools.pairwise(chain)):
+        in_streams = i >= len(widths)  # hidden and output layers are per stream
+        total += a * b * (streams if in_streams else 1)
+    return total
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in binary units (``6.58 GiB``)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.3g} PiB"  # pragma: no cover

@@ -1,0 +1,95 @@
+"""Scalar schedules of a step count (ε, β, learning rates), and the checks of their values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal, Union
+
+from pydantic import Field
+
+from zoo.spec.base import Component, at, axis
+
+__all__ = [
+    "ConstantSchedule",
+    "ExponentialSchedule",
+    "LinearSchedule",
+    "Schedule",
+    "learning_rate_problems",
+    "probability_problems",
+    "schedule_points",
+]
+
+
+class ConstantSchedule(Component):
+    """A constant value."""
+
+    kind: Literal["constant"] = "constant"
+    value: float = Field(description="the value at every step")
+
+
+class LinearSchedule(Component):
+    """Linear interpolation from ``start`` to ``end`` over ``steps``, held at ``end`` after."""
+
+    kind: Literal["linear"] = "linear"
+    start: float = Field(description="value before and at `begin`")
+    end: float = Field(description="value from `begin + steps` on")
+    steps: int = Field(gt=0, description="length of the ramp, in the schedule's unit of steps")
+    begin: int = Field(0, ge=0, description="steps before the ramp starts (held at `start`)")
+
+
+class ExponentialSchedule(Component):
+    """``start · rate^(step/steps)``, clipped at ``end``."""
+
+    kind: Literal["exponential"] = "exponential"
+    start: float = Field(description="value at step 0")
+    rate: float = Field(gt=0, description="factor applied every `steps` steps")
+    steps: int = Field(gt=0, description="steps per factor `rate`")
+    end: float | None = Field(None, description="bound the value never passes (null: none)")
+
+
+_BuiltinSchedule = Union[ConstantSchedule, LinearSchedule, ExponentialSchedule]
+
+
+#: A schedule field: a number (constant) or ``{kind: linear, start, end, steps, begin}``, ...
+Schedule = axis("schedule", _BuiltinSchedule, None, numbers="constant")
+
+
+def schedule_points(schedule: Any) -> list[tuple[str, float]]:
+    """``(field, value)`` of the values a built-in schedule passes through (bounds included)."""
+    kind = getattr(schedule, "kind", None)
+    if kind == "constant":
+        return [("", schedule.value)]
+    if kind == "linear":
+        return [("start", schedule.start), ("end", schedule.end)]
+    if kind == "exponential":
+        points = [("start", schedule.start)]
+        return points + ([("end", schedule.end)] if schedule.end is not None else [])
+    return []  # a user's schedule: its own model checks its values
+
+
+def probability_problems(path: str, schedule: Any, what: str) -> Iterable[tuple[str, str]]:
+    """A schedule at ``path`` whose values must stay in [0, 1] (``what`` says why)."""
+    for field, value in schedule_points(schedule):
+        if not 0 <= value <= 1:
+            yield at(path, field), f"{what} in [0, 1], got {value}"
+    kind = getattr(schedule, "kind", None)
+    if kind == "exponential" and schedule.end is None and schedule.rate > 1:
+        yield (
+            at(path, "end"),
+            f"{what} in [0, 1]: a rate above 1 grows without bound; set `end` (≤ 1)",
+        )
+
+
+def learning_rate_problems(path: str, lr: Any) -> Iterable[tuple[str, str]]:
+    """Learning rates that cannot train: negative anywhere, or 0 throughout."""
+    points = schedule_points(lr)
+    for field, value in points:
+        if value < 0:
+            yield at(path, field), f"a learning rate must not be negative, got {value}"
+    # 0 throughout: a constant 0, a linear ramp from 0 to 0, an exponential starting at 0
+    ramp = points[:2] if lr.kind == "linear" else points[:1]
+    if ramp and all(value == 0 for _, value in ramp):
+        yield (
+            path,
+            "a learning rate of 0 never changes the network; give a positive value (e.g. 1e-4)",
+        )
