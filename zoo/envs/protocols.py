@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -697,6 +697,53 @@ def _r2d2_settings() -> tuple[SourceSetting, ...]:
     )
 
 
+#: The frame processing every Atari protocol shares (each states the rest itself).
+_ATARI_FRAMES: dict[str, Any] = {
+    "frame_skip": 4,
+    "max_pool": True,
+    "frame_shape": (84, 84),
+    "grayscale": True,
+    "max_episode_frames": 108_000,
+}
+
+#: No Atari processing at all: what the classic and MinAtar protocols share.
+_NO_PREPROCESSING: dict[str, Any] = {
+    "noop_max": 0,
+    "life_loss_terminal": False,
+    "life_loss_resets_stack": False,
+    "fire_reset": False,
+    "frame_skip": 1,
+    "max_pool": False,
+    "frame_shape": None,
+    "grayscale": False,
+    "stack": 1,
+    "max_episode_frames": None,
+    "reward_clip": None,
+}
+
+_DOPAMINE_2018 = Protocol(
+    name="dopamine_2018",
+    suite="atari",
+    description="google/dopamine's Atari settings (Castro et al. 2018), behind its baseline "
+    "curves: sticky actions 0.25, minimal action set, no life-loss signal, no no-op starts",
+    sticky_action_prob=0.25,
+    full_action_set=False,
+    noop_max=0,
+    life_loss_terminal=False,
+    life_loss_resets_stack=False,
+    fire_reset=False,
+    **_ATARI_FRAMES,
+    stack=4,
+    reward_clip=1.0,
+    eval_epsilon=0.001,
+    sources=(
+        "Castro et al. 2018, https://arxiv.org/abs/1812.06110",
+        "google/dopamine dopamine/discrete_domains/atari_lib.py, run_experiment.py, "
+        "dopamine/jax/agents/dqn/configs/dqn.gin, dopamine/jax/agents/dqn/dqn_agent.py [V]",
+    ),
+    source_settings=_dopamine_settings(full_action_set=False),
+)
+
 _PROTOCOLS = (
     Protocol(
         name="nature_2015",
@@ -709,12 +756,8 @@ _PROTOCOLS = (
         life_loss_terminal=True,
         life_loss_resets_stack=False,
         fire_reset=False,
-        frame_skip=4,
-        max_pool=True,
-        frame_shape=(84, 84),
-        grayscale=True,
+        **_ATARI_FRAMES,
         stack=4,
-        max_episode_frames=108_000,
         reward_clip=1.0,
         eval_epsilon=0.05,
         sources=(
@@ -724,51 +767,13 @@ _PROTOCOLS = (
         ),
         source_settings=_dqn_zoo_settings(),
     ),
-    Protocol(
-        name="dopamine_2018",
-        suite="atari",
-        description="google/dopamine's Atari settings (Castro et al. 2018), behind its baseline "
-        "curves: sticky actions 0.25, minimal action set, no life-loss signal, no no-op starts",
-        sticky_action_prob=0.25,
-        full_action_set=False,
-        noop_max=0,
-        life_loss_terminal=False,
-        life_loss_resets_stack=False,
-        fire_reset=False,
-        frame_skip=4,
-        max_pool=True,
-        frame_shape=(84, 84),
-        grayscale=True,
-        stack=4,
-        max_episode_frames=108_000,
-        reward_clip=1.0,
-        eval_epsilon=0.001,
-        sources=(
-            "Castro et al. 2018, https://arxiv.org/abs/1812.06110",
-            "google/dopamine dopamine/discrete_domains/atari_lib.py, run_experiment.py, "
-            "dopamine/jax/agents/dqn/configs/dqn.gin, dopamine/jax/agents/dqn/dqn_agent.py [V]",
-        ),
-        source_settings=_dopamine_settings(full_action_set=False),
-    ),
-    Protocol(
+    _DOPAMINE_2018,
+    replace(
+        _DOPAMINE_2018,
         name="machado_2018",
-        suite="atari",
         description="Machado et al. 2018's recommendations: dopamine_2018 with the full action "
         "set of 18",
-        sticky_action_prob=0.25,
         full_action_set=True,
-        noop_max=0,
-        life_loss_terminal=False,
-        life_loss_resets_stack=False,
-        fire_reset=False,
-        frame_skip=4,
-        max_pool=True,
-        frame_shape=(84, 84),
-        grayscale=True,
-        stack=4,
-        max_episode_frames=108_000,
-        reward_clip=1.0,
-        eval_epsilon=0.001,
         sources=(
             "Machado et al. 2018, https://doi.org/10.1613/jair.5699 (sticky actions, full "
             "action set, no life-loss signal [R])",
@@ -787,12 +792,8 @@ _PROTOCOLS = (
         life_loss_terminal=True,
         life_loss_resets_stack=True,
         fire_reset=False,
-        frame_skip=4,
-        max_pool=True,
-        frame_shape=(84, 84),
-        grayscale=True,
+        **_ATARI_FRAMES,
         stack=4,
-        max_episode_frames=108_000,
         reward_clip=1.0,
         eval_epsilon=0.001,
         sources=(
@@ -814,12 +815,8 @@ _PROTOCOLS = (
         life_loss_terminal=False,  # [R]
         life_loss_resets_stack=False,
         fire_reset=False,
-        frame_skip=4,
-        max_pool=True,
-        frame_shape=(84, 84),
-        grayscale=True,
+        **_ATARI_FRAMES,
         stack=1,  # [R] the LSTM replaces the frame stack
-        max_episode_frames=108_000,
         reward_clip=None,  # [V] acme r2d2 clip_rewards=False
         eval_epsilon=0.0,  # [V] acme r2d2 evaluation_epsilon=0
         sources=(
@@ -837,17 +834,7 @@ _PROTOCOLS = (
         "time limit, no reward clipping, greedy evaluation",
         sticky_action_prob=0.0,
         full_action_set=False,
-        noop_max=0,
-        life_loss_terminal=False,
-        life_loss_resets_stack=False,
-        fire_reset=False,
-        frame_skip=1,
-        max_pool=False,
-        frame_shape=None,
-        grayscale=False,
-        stack=1,
-        max_episode_frames=None,
-        reward_clip=None,
+        **_NO_PREPROCESSING,
         eval_epsilon=0.0,
         sources=("the environment's own definition (e.g. CartPole-v1: 500 steps)",),
         source_settings=(),
@@ -859,17 +846,7 @@ _PROTOCOLS = (
         "action set, no frame skip or stack",
         sticky_action_prob=0.1,  # [V] MinAtar's Environment default
         full_action_set=True,  # [V] all 6 actions, as Revisiting Rainbow's minatar_env.py
-        noop_max=0,
-        life_loss_terminal=False,
-        life_loss_resets_stack=False,
-        fire_reset=False,
-        frame_skip=1,
-        max_pool=False,
-        frame_shape=None,
-        grayscale=False,
-        stack=1,
-        max_episode_frames=None,
-        reward_clip=None,
+        **_NO_PREPROCESSING,
         eval_epsilon=0.0,  # the paper reports training returns; greedy evaluation is our choice
         sources=(
             "Young & Tian 2019, https://arxiv.org/abs/1903.03176",
