@@ -30,11 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from zoo import reference as ref_lib
-from zoo.metrics import read_jsonl
 from zoo.reference import Series
+from zoo.rundir import RunDir, RunSettingsError
 
 __all__ = [
     "Comparison",
@@ -74,10 +72,6 @@ class RunInfo:
     evals: list[dict[str, Any]] = field(repr=False)
 
 
-#: What reading a damaged ``run.yaml`` raises.
-_DAMAGED = (OSError, ValueError, yaml.YAMLError, AttributeError, KeyError, TypeError)
-
-
 def load_run(path: str | os.PathLike[str]) -> RunInfo:
     """Read a run directory's settings and records (no JAX needed).
 
@@ -87,19 +81,18 @@ def load_run(path: str | os.PathLike[str]) -> RunInfo:
     """
     from zoo.envs import UnknownProtocolError, get_protocol
 
-    path = Path(path)
-    if not (path / "run.yaml").is_file():
-        raise CompareError(f"{path} is not a zoo run directory (no run.yaml)")
+    run = RunDir(path)
     try:
-        settings = yaml.safe_load((path / "run.yaml").read_text(encoding="utf-8"))
-        preset = settings.get("preset")
-        name = preset or Path(str(settings["algorithm"])).stem
-        env, protocol, seed = str(settings["env"]), str(settings["protocol"]), int(settings["seed"])
-        frame_skip = get_protocol(protocol).frame_skip
-    except (*_DAMAGED, UnknownProtocolError) as e:
-        raise CompareError(f"{path}: run.yaml is damaged ({type(e).__name__}: {e})") from None
-    metrics = read_jsonl(path / "metrics.jsonl")
-    evals = read_jsonl(path / "eval.jsonl")
+        settings = run.settings()
+        frame_skip = get_protocol(settings.protocol).frame_skip
+    except (RunSettingsError, UnknownProtocolError) as e:
+        raise CompareError(str(e)) from None
+    path = run.path
+    preset = settings.preset
+    name = preset or Path(settings.algorithm).stem
+    env, protocol, seed = settings.env, settings.protocol, settings.seed
+    metrics = run.metrics()
+    evals = run.evals()
     if not metrics:
         raise CompareError(f"{path} has no training records yet (metrics.jsonl is empty)")
     return RunInfo(

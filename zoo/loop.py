@@ -58,13 +58,13 @@ from zoo.learn import LearnCarry, LearnStep, UpdateCredit
 from zoo.learner import DataParallelLearner, Learner, LearnerState
 from zoo.metrics import MetricsLogger, Progress
 from zoo.replay import PendingPriorities, StepBatch
+from zoo.rundir import RunSettings
 from zoo.spec import AlgorithmSpec
 
 __all__ = [
     "EnvShape",
     "Loop",
     "LoopCarry",
-    "LoopConfig",
     "NonFiniteLossError",
     "Pending",
     "Trainer",
@@ -144,22 +144,6 @@ class LoopCarry(eqx.Module):
 
 #: The fields of :class:`LoopCarry` a learn step owns: those of :class:`~zoo.learn.LearnCarry`.
 _LEARN_FIELDS = LearnCarry._fields
-
-
-@dataclass
-class LoopConfig:
-    """How long to train and how often to evaluate, log and checkpoint (units: transitions)."""
-
-    total_env_steps: int
-    eval_every: int
-    eval_episodes: int
-    eval_max_steps: int | None
-    checkpoint_every: int
-    log_every: int
-    save_replay: bool = True
-    progress: bool = True
-    stop_at_return: float | None = None
-    loop: str = "host"
 
 
 @dataclass(frozen=True)
@@ -381,17 +365,21 @@ class Trainer:
     """Runs one run on the host around a driver: episode statistics, the non-finite check,
     logging, evaluation, checkpoints, signals.
 
-    The driver (``config.loop``, one of :data:`zoo.drivers.DRIVERS`) runs the loop body and
+    The driver (``loop_path``, one of :data:`zoo.drivers.DRIVERS`) runs the loop body and
     calls back :meth:`account` after vector steps and :meth:`events` where a log, evaluation or
-    checkpoint may be due (:attr:`next_event`).
+    checkpoint may be due (:attr:`next_event`). How long to train and how often to log,
+    evaluate and checkpoint are the run's own settings (units: transitions).
     """
 
     loop: Loop
-    config: LoopConfig
+    settings: RunSettings
+    loop_path: str
     logger: MetricsLogger
     checkpointer: Checkpointer
     evaluate: Callable[[Any, int], dict[str, Any]]
     games: int = 0
+    #: whether to draw the progress line (on a terminal, or periodic lines in logs)
+    progress: bool = True
     stopped_by_signal: bool = field(default=False, init=False)
     #: transitions accounted so far (the host's count, after the driver reported them)
     env_steps: int = field(default=0, init=False)
@@ -405,7 +393,7 @@ class Trainer:
 
     def state_of(self, carry: LoopCarry, games: int) -> dict[str, Any]:
         """The checkpointable run state (see :meth:`Loop.checkpoint_state`)."""
-        return self.loop.checkpoint_state(carry, games, self.config.save_replay)
+        return self.loop.checkpoint_state(carry, games, self.settings.save_replay)
 
     def checkpoint(self, carry: LoopCarry, games: int) -> None:
         env_steps = int(carry.env_steps)
@@ -416,7 +404,7 @@ class Trainer:
                 "env_steps": env_steps,
                 "updates": int(carry.learner.updates),
                 "games": games,
-                "replay_saved": self.config.save_replay,
+                "replay_saved": self.settings.save_replay,
             },
         )
 
@@ -427,13 +415,13 @@ class Trainer:
 
     def run(self, carry: LoopCarry) -> LoopCarry:
         """Train until ``total_env_steps`` (or a signal, or ``stop_at_return``)."""
-        cfg, loop, env = self.config, self.loop, self.loop.env
-        driver = loop.driver(cfg.loop)
+        cfg, loop, env = self.settings, self.loop, self.loop.env
+        driver = loop.driver(self.loop_path)
         self.env_steps = int(carry.env_steps)
         self.updates = int(carry.learner.updates)
         self._tracker = EpisodeTracker(env.num_envs)
         self._progress = Progress(cfg.total_env_steps)
-        self._progress.enabled = self._progress.enabled and cfg.progress
+        self._progress.enabled = self._progress.enabled and self.progress
         self._next = {
             name: (self.env_steps // every + 1) * every
             for name, every in (
@@ -485,7 +473,7 @@ class Trainer:
 
     def events(self, carry: LoopCarry, interrupted: list[bool]) -> tuple[LoopCarry, bool]:
         """Log, evaluate and checkpoint when due; whether to stop."""
-        cfg, env_steps, nxt = self.config, self.env_steps, self._next
+        cfg, env_steps, nxt = self.settings, self.env_steps, self._next
         done = env_steps >= cfg.total_env_steps
         if env_steps >= nxt["log"] or done:
             while nxt["log"] <= env_steps:
@@ -499,7 +487,7 @@ class Trainer:
                 "updates": updates,
                 "games": self.games,
                 "epsilon": float(self.loop.epsilon(env_steps)),
-                "loop": cfg.loop,
+                "loop": self.loop_path,
                 "env_steps_per_s": (env_steps - steps0) / elapsed,
                 "updates_per_s": (updates - updates0) / elapsed,
             }

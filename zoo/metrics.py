@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from zoo.rundir import read_jsonl
+
 __all__ = [
     "PROGRESS_VARIABLE",
     "EvaluationProgress",
@@ -43,23 +45,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All complete records of a JSON-lines file (a torn last line from a crash, and anything
-    that is not a JSON object, is skipped)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def truncate_jsonl(path: str | os.PathLike[str], env_steps: int) -> int:

@@ -30,14 +30,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from zoo import rundir
 from zoo import spec as spec_lib
-from zoo.rundir import RunError, RunRefusedError
+from zoo.rundir import RunDir, RunError, RunRefusedError, RunSettings, RunSettingsError
 from zoo.spec import AlgorithmSpec, SpecError
 
 __all__ = [
@@ -52,39 +52,6 @@ __all__ = [
     "replay_for_env",
     "train",
 ]
-
-
-class RunSettings(BaseModel):
-    """Everything besides the algorithm that defines a run (saved as ``run.yaml``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    algorithm: str = Field(description="catalogue name, preset name or YAML path it came from")
-    preset: str | None = Field(None, description="preset name, if the run came from one")
-    env: str = Field(description="environment id")
-    protocol: str = Field(description="evaluation protocol")
-    num_envs: int = Field(ge=1, le=4096, description="parallel environments")
-    total_env_steps: int = Field(gt=0, description="training budget in transitions")
-    seed: int = Field(
-        ge=0, le=2**31 - 1, description="seed of networks, exploration, replay and environments"
-    )
-    eval_every: int = Field(gt=0, description="transitions between evaluations")
-    eval_episodes: int = Field(gt=0, description="games per evaluation")
-    eval_max_steps: int | None = Field(None, gt=0, description="cap on agent steps per evaluation")
-    checkpoint_every: int = Field(gt=0, description="transitions between checkpoints")
-    log_every: int = Field(gt=0, description="transitions between training records")
-    save_replay: bool = Field(True, description="checkpoint the replay contents and priorities")
-    stop_at_return: float | None = Field(
-        None,
-        allow_inf_nan=False,
-        description="stop early once an evaluation's mean return reaches this",
-    )
-    loop: Literal["auto", "host", "compiled"] = Field(
-        "auto",
-        description="host: envpool's Python API between jitted steps; compiled: lax.scan chunks "
-        "with envpool's XLA step (same semantics; ~3x faster on CartPole); auto: compiled "
-        "where the environment has envpool's XLA interface",
-    )
 
 
 @dataclass
@@ -808,13 +775,9 @@ def _lock_run_to_resume(run_path: Path) -> rundir.RunLock:
 
 def _read_settings(run_path: Path) -> RunSettings:
     try:
-        data = yaml.safe_load((run_path / "run.yaml").read_text(encoding="utf-8"))
-        return RunSettings.model_validate(data)
-    except (OSError, yaml.YAMLError, ValidationError) as e:
-        first = str(e).splitlines()[0][:200]
-        raise RunRefusedError(
-            f"cannot resume {run_path}: its run.yaml is damaged ({first})"
-        ) from None
+        return RunDir(run_path).settings()
+    except RunSettingsError as e:
+        raise RunRefusedError(f"cannot resume {e}") from None
 
 
 def _resumable(
@@ -1106,21 +1069,10 @@ def _run(
     """Build, restore (``mode == "resume"``) and train; ``previous_total`` is the budget before
     a resume changed it."""
     from zoo.checkpoint import Checkpointer, CheckpointError
-    from zoo.loop import LoopConfig, NonFiniteLossError, Trainer
+    from zoo.loop import NonFiniteLossError, Trainer
     from zoo.metrics import MetricsLogger, read_jsonl
 
-    config = LoopConfig(
-        total_env_steps=settings.total_env_steps,
-        eval_every=settings.eval_every,
-        eval_episodes=settings.eval_episodes,
-        eval_max_steps=settings.eval_max_steps,
-        checkpoint_every=settings.checkpoint_every,
-        log_every=settings.log_every,
-        save_replay=settings.save_replay,
-        progress=show_progress,
-        stop_at_return=settings.stop_at_return,
-        loop=_loop_path(settings.loop, env_obj),
-    )
+    loop_path = _loop_path(settings.loop, env_obj)
     try:
         checkpointer = Checkpointer(run_path / "checkpoints")
     except CheckpointError as e:
@@ -1131,7 +1083,16 @@ def _run(
         )
         logger = MetricsLogger(run_path, resume_from=resume_from)
         evaluate_now = _evaluator(spec, settings, env_obj, logger, show_progress)
-        trainer = Trainer(loop, config, logger, checkpointer, evaluate_now, games=games)
+        trainer = Trainer(
+            loop,
+            settings,
+            loop_path,
+            logger,
+            checkpointer,
+            evaluate_now,
+            games=games,
+            progress=show_progress,
+        )
         try:
             carry = trainer.run(carry)
         except NonFiniteLossError as e:

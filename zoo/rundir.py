@@ -18,6 +18,10 @@ A run directory is created fresh or resumed, never both, and never by two proces
 - **Names** from YAML (entry names) and environment ids become path components only through
   :func:`safe_component`.
 
+- **Layout and records**: :class:`RunDir` names every file of a run directory and reads its
+  records; :class:`RunSettings` is ``run.yaml``. ``zoo train``, ``zoo compare``, ``zoo
+  reproduce`` and ``zoo bench`` read runs through them.
+
 This module needs neither JAX nor the spec's models.
 """
 
@@ -34,17 +38,24 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 __all__ = [
     "HISTORY",
     "LOCK",
+    "RunDir",
     "RunError",
     "RunLock",
     "RunRefusedError",
+    "RunSettings",
+    "RunSettingsError",
     "append_history",
     "classify",
     "creation_record",
     "describe_differences",
     "read_history",
+    "read_jsonl",
     "safe_component",
     "sha256_text",
 ]
@@ -226,18 +237,24 @@ def append_history(run_dir: str | os.PathLike[str], event: str, **fields: Any) -
 
 def read_history(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The run's history events, oldest first (unreadable lines skipped)."""
-    path = Path(run_dir) / HISTORY
+    return read_jsonl(Path(run_dir) / HISTORY)
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All complete records of a JSON-lines file (a torn last line from a crash, and anything
+    that is not a JSON object, is skipped)."""
+    path = Path(path)
     if not path.is_file():
         return []
-    events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict):
-            events.append(record)
-    return events
+            records.append(record)
+    return records
 
 
 def creation_record(history: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -299,3 +316,132 @@ def describe_differences(
     if len(lines) > limit:
         lines = [*lines[:limit], f"and {len(lines) - limit} more"]
     return lines
+
+
+# --------------------------------------------------------------------------------------------
+# Layout and records
+
+
+class RunSettings(BaseModel):
+    """Everything besides the algorithm that defines a run (saved as ``run.yaml``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    algorithm: str = Field(description="catalogue name, preset name or YAML path it came from")
+    preset: str | None = Field(None, description="preset name, if the run came from one")
+    env: str = Field(description="environment id")
+    protocol: str = Field(description="evaluation protocol")
+    num_envs: int = Field(ge=1, le=4096, description="parallel environments")
+    total_env_steps: int = Field(gt=0, description="training budget in transitions")
+    seed: int = Field(
+        ge=0, le=2**31 - 1, description="seed of networks, exploration, replay and environments"
+    )
+    eval_every: int = Field(gt=0, description="transitions between evaluations")
+    eval_episodes: int = Field(gt=0, description="games per evaluation")
+    eval_max_steps: int | None = Field(None, gt=0, description="cap on agent steps per evaluation")
+    checkpoint_every: int = Field(gt=0, description="transitions between checkpoints")
+    log_every: int = Field(gt=0, description="transitions between training records")
+    save_replay: bool = Field(True, description="checkpoint the replay contents and priorities")
+    stop_at_return: float | None = Field(
+        None,
+        allow_inf_nan=False,
+        description="stop early once an evaluation's mean return reaches this",
+    )
+    loop: Literal["auto", "host", "compiled"] = Field(
+        "auto",
+        description="host: envpool's Python API between jitted steps; compiled: lax.scan chunks "
+        "with envpool's XLA step (same semantics; ~3x faster on CartPole); auto: compiled "
+        "where the environment has envpool's XLA interface",
+    )
+
+
+class RunSettingsError(ValueError):
+    """A run directory's ``run.yaml`` is missing or damaged."""
+
+
+class RunDir:
+    """One run directory: where each of its files lives, and its records read back.
+
+    ``spec.yaml`` (the resolved algorithm), ``run.yaml`` (:class:`RunSettings`; its presence
+    makes the folder a run), ``provenance.json``, ``metrics.jsonl`` (training records),
+    ``eval.jsonl`` (evaluations), ``history.jsonl`` (what happened to the run), ``checkpoints/``,
+    ``damaged-checkpoints/``, ``tb/`` (TensorBoard events) and ``.lock``.
+    """
+
+    SPEC = "spec.yaml"
+    SETTINGS = "run.yaml"
+    PROVENANCE = "provenance.json"
+    METRICS = "metrics.jsonl"
+    EVALS = "eval.jsonl"
+    CHECKPOINTS = "checkpoints"
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def spec_file(self) -> Path:
+        """``spec.yaml``."""
+        return self.path / self.SPEC
+
+    @property
+    def settings_file(self) -> Path:
+        """``run.yaml``."""
+        return self.path / self.SETTINGS
+
+    @property
+    def provenance_file(self) -> Path:
+        """``provenance.json``."""
+        return self.path / self.PROVENANCE
+
+    @property
+    def metrics_file(self) -> Path:
+        """``metrics.jsonl``."""
+        return self.path / self.METRICS
+
+    @property
+    def evals_file(self) -> Path:
+        """``eval.jsonl``."""
+        return self.path / self.EVALS
+
+    @property
+    def checkpoints(self) -> Path:
+        """The checkpoint folder."""
+        return self.path / self.CHECKPOINTS
+
+    def is_run(self) -> bool:
+        """Whether the folder holds a run (its ``run.yaml`` exists)."""
+        return self.settings_file.is_file()
+
+    def settings(self) -> RunSettings:
+        """``run.yaml`` as :class:`RunSettings`.
+
+        Raises:
+          RunSettingsError: it is missing (``is not a zoo run directory``) or damaged, with the
+            first line of the reason.
+        """
+        if not self.is_run():
+            raise RunSettingsError(f"{self.path} is not a zoo run directory (no run.yaml)")
+        try:
+            data = yaml.safe_load(self.settings_file.read_text(encoding="utf-8"))
+            return RunSettings.model_validate(data)
+        except (OSError, yaml.YAMLError, ValidationError) as e:
+            first = str(e).splitlines()[0][:200]
+            raise RunSettingsError(f"{self.path}: its run.yaml is damaged ({first})") from None
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The training records, oldest first."""
+        return read_jsonl(self.metrics_file)
+
+    def evals(self) -> list[dict[str, Any]]:
+        """The evaluation records, oldest first."""
+        return read_jsonl(self.evals_file)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The history events, oldest first."""
+        return read_history(self.path)

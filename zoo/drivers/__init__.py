@@ -19,7 +19,7 @@ Writing a driver (an asynchronous actor–learner split, a replay-free learner):
   body pieces ``loop.insert``, ``loop.learn``, ``loop.learn_due``, ``loop.act``, ``loop.body``);
 - ``run(self, carry, actions, trainer, interrupted) -> carry``: run from ``carry`` (the first
   observation acted on, ``actions`` its actions) until ``trainer.env_steps`` reaches
-  ``trainer.config.total_env_steps``, calling ``trainer.account(timesteps, report)`` after
+  ``trainer.settings.total_env_steps``, calling ``trainer.account(timesteps, report)`` after
   vector steps and ``carry, stop = trainer.events(carry, interrupted)`` where
   ``trainer.next_event`` is reached (stopping when ``stop``);
 

@@ -87,7 +87,7 @@ class CompiledDriver:
         evaluation or checkpoint is due at a chunk's end (chunks divide their periods), the
         driver drains: it accounts every chunk, then runs the events on that carry.
         """
-        env, cfg = self.loop.env, trainer.config
+        env, cfg = self.loop.env, trainer.settings
         n = env.num_envs
         handle = env.xla()[0]
         prev_done = jnp.zeros((n,), bool)

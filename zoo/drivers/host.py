@@ -113,7 +113,7 @@ class HostDriver:
     ) -> LoopCarry:
         """Step the environments and the body until the budget, a stop or a signal."""
         env = self.loop.env
-        while trainer.env_steps < trainer.config.total_env_steps:
+        while trainer.env_steps < trainer.settings.total_env_steps:
             ts = env.step(np.asarray(actions))
             carry, actions, report = self.step(carry, ts)
             trainer.account([ts], report)
