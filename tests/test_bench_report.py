@@ -72,7 +72,7 @@ def test_collect_reads_each_run_score_from_its_final_evaluation(bench):
 
 
 def test_missing_runs_are_listed_not_dropped(bench):
-    root, out, _ = bench
+    _, out, _ = bench
     payload = json.loads((out / "bench.json").read_text())
     missing = {(m["algo"], m["seed"], m["status"]) for m in payload["missing"]}
     # seed 2 exists (empty) for one algorithm, so it is expected of both
@@ -119,5 +119,7 @@ def test_a_report_without_a_suite_normalises_by_the_protocol_family(bench, tmp_p
         {a: np.array(payload["normalised_scores"][a]) for a in ALGOS}, reps=200, seed=0
     )
     for algo in ALGOS:
-        assert payload["aggregates"][algo]["iqm"]["point"] == pytest.approx(direct[algo]["iqm"].point)
+        assert payload["aggregates"][algo]["iqm"]["point"] == pytest.approx(
+            direct[algo]["iqm"].point
+        )
         assert payload["aggregates"][algo]["iqm"]["lo"] == pytest.approx(direct[algo]["iqm"].lo)

@@ -290,9 +290,13 @@ def _score_algorithm(data: BenchData, algo: str) -> None:
             if value is not None:
                 run.score, run.statistic = value, "training"
                 window = training.window_frames
-                run.note = f"no evaluation at the budget: training statistic (window {window:,} frames)"
+                run.note = (
+                    f"no evaluation at the budget: training statistic (window {window:,} frames)"
+                )
             else:
-                run.note = "no evaluation at the budget and no training game in the window: no score"
+                run.note = (
+                    "no evaluation at the budget and no training game in the window: no score"
+                )
 
 
 # ------------------------------------------------------------------------------ report
@@ -339,7 +343,9 @@ def _matrices(data: BenchData, suite: Suite | None) -> _Matrices:
         candidates = [by_key[k] for k in keys if k in by_key]
         absent = [g for k, g in keys.items() if k not in by_key]
         if absent:
-            notes.append(f"suite {suite.name}: no run of {len(absent)} game(s): {', '.join(absent)}")
+            notes.append(
+                f"suite {suite.name}: no run of {len(absent)} game(s): {', '.join(absent)}"
+            )
     else:
         candidates = found
     games = []
@@ -462,7 +468,8 @@ def _per_game_cell(runs: Sequence[BenchRun]) -> str:
     scores = [r.score for r in runs if r.score is not None]
     rates = [r.env_steps_per_s for r in runs if r.env_steps_per_s is not None]
     walls = [r.wall_s for r in runs if r.wall_s is not None]
-    text = f"{_fmt(float(np.mean(scores)))} [{_fmt(min(scores))}, {_fmt(max(scores))}] (n={len(scores)})"
+    mean = _fmt(float(np.mean(scores)))
+    text = f"{mean} [{_fmt(min(scores))}, {_fmt(max(scores))}] (n={len(scores)})"
     rate = f"{float(np.mean(rates)):,.0f}/s" if rates else "—"
     wall = _duration(float(np.mean(walls))) if walls else "—"
     return f"{text} · {rate} · {wall}"
@@ -526,12 +533,22 @@ def _plots(
         points = {a: np.array([aggregates[a][m].point for m in stats.METRICS]) for a in algos}
         cis = {
             a: np.array(
-                [[aggregates[a][m].lo for m in stats.METRICS], [aggregates[a][m].hi for m in stats.METRICS]]
+                [
+                    [aggregates[a][m].lo for m in stats.METRICS],
+                    [aggregates[a][m].hi for m in stats.METRICS],
+                ]
             )
             for a in algos
         }
         fig, _ = plot_utils.plot_interval_estimates(
-            points, cis, [_METRIC_NAMES[m] for m in stats.METRICS], algorithms=algos, xlabel=xlabel
+            points,
+            cis,
+            [_METRIC_NAMES[m] for m in stats.METRICS],
+            algorithms=algos,
+            xlabel=xlabel,
+            max_ticks=3,
+            row_height=0.6,
+            xlabel_y_coordinate=-0.4,
         )
         paths["intervals"] = out / "intervals.png"
         fig.savefig(paths["intervals"], dpi=100, bbox_inches="tight")
@@ -567,7 +584,10 @@ def _plots(
         plot_utils.plot_sample_efficiency_curve(
             np.array(frames) / scale,
             {a: np.array([iv.point for iv in v]) for a, v in efficiency.items()},
-            {a: np.array([[iv.lo for iv in v], [iv.hi for iv in v]]) for a, v in efficiency.items()},
+            {
+                a: np.array([[iv.lo for iv in v], [iv.hi for iv in v]])
+                for a, v in efficiency.items()
+            },
             algorithms=list(efficiency),
             ax=ax,
             xlabel=f"frames ({'millions' if scale == 1e6 else 'thousands'})",
@@ -629,7 +649,9 @@ def write_report(
     profiles: dict[str, stats.Profile] = {}
     if m.games:
         top = max(float(np.max(s)) for s in m.scores.values())
-        taus = np.linspace(min(0.0, min(float(np.min(s)) for s in m.scores.values())), max(top, 1.0), 41)
+        taus = np.linspace(
+            min(0.0, min(float(np.min(s)) for s in m.scores.values())), max(top, 1.0), 41
+        )
         profiles = stats.performance_profile(m.scores, taus, reps=small, seed=seed)
     frames, curves = _curves(data, m) if m.games else ([], {})
     efficiency = stats.sample_efficiency(curves, frames, reps=small, seed=seed) if frames else {}
@@ -653,7 +675,10 @@ def write_report(
         "reps": reps,
         "seed": seed,
         "runs": [
-            {**{k: v for k, v in asdict(r).items() if k not in ("curve", "path")}, "path": str(r.path)}
+            {
+                **{k: v for k, v in asdict(r).items() if k not in ("curve", "path")},
+                "path": str(r.path),
+            }
             | {"curve": [list(p) for p in r.curve]}
             for r in sorted(data.runs, key=lambda r: (r.algo, r.game, r.seed))
         ],
@@ -713,7 +738,8 @@ def _markdown(
         "",
         "## Per game",
         "",
-        "Raw score: mean [min, max] over seeds (n = finished runs) · env steps/s · wall time per run.",
+        "Raw score: mean [min, max] over seeds (n = finished runs) · env steps/s · wall time "
+        "per run (means over the seeds).",
         "",
     ]
     algos = data.algorithms
@@ -760,7 +786,9 @@ def _markdown(
             "middle 50% of all runs × games; median and mean: over games of the per-game mean; "
             "optimality gap: 1 minus the mean score clipped at 1 (lower is better).",
             "",
-            "| algorithm | runs × games | " + " | ".join(_METRIC_NAMES[x] for x in stats.METRICS) + " |",
+            "| algorithm | runs × games | "
+            + " | ".join(_METRIC_NAMES[x] for x in stats.METRICS)
+            + " |",
             "|" + "---|" * (2 + len(stats.METRICS)),
         ]
         table = stats.interval_table(aggregates)
@@ -796,7 +824,9 @@ def _markdown(
         ]
         for a in names:
             cells = [
-                "—" if a == b else f"{poi[(a, b)].point:.3f} [{poi[(a, b)].lo:.3f}, {poi[(a, b)].hi:.3f}]"
+                "—"
+                if a == b
+                else f"{poi[(a, b)].point:.3f} [{poi[(a, b)].lo:.3f}, {poi[(a, b)].hi:.3f}]"
                 for b in names
             ]
             lines.append(f"| {a} | " + " | ".join(cells) + " |")
