@@ -563,7 +563,7 @@ def _plots(
             ax=ax,
             xlabel=rf"{xlabel} ($\tau$)",
         )
-        ax.legend(list(profiles), loc="upper right", fontsize=9)
+        _legend(ax, list(profiles), loc="upper right")
         paths["profiles"] = out / "profiles.png"
         fig.savefig(paths["profiles"], dpi=100, bbox_inches="tight")
         plt.close(fig)
@@ -595,11 +595,19 @@ def _plots(
             labelsize="large",
             ticklabelsize="large",
         )
-        ax.legend(list(efficiency), fontsize=9)
+        _legend(ax, list(efficiency))
         paths["sample_efficiency"] = out / "sample_efficiency.png"
         fig.savefig(paths["sample_efficiency"], dpi=100, bbox_inches="tight")
         plt.close(fig)
     return paths
+
+
+def _legend(ax: Any, algorithms: list[str], **kwargs: Any) -> None:
+    """One legend entry per algorithm, from its line (the confidence bands are not entries)."""
+    lines = ax.get_lines()
+    by_label = {line.get_label(): line for line in lines}
+    handles = [by_label.get(a, lines[i]) for i, a in enumerate(algorithms) if i < len(lines)]
+    ax.legend(handles, algorithms[: len(handles)], fontsize=9, **kwargs)
 
 
 _NORMALISED_LABEL = {
