@@ -46,6 +46,7 @@ __all__ = [
     "format_table",
     "load_run",
     "record_series",
+    "run_curve",
     "training_statistic",
     "write_outputs",
 ]
@@ -545,7 +546,10 @@ def format_markdown(comparison: Comparison, title: str = "Comparison") -> str:
     return "\n".join(out) + "\n"
 
 
-def _curve(run: RunInfo, statistic: str) -> list[tuple[int, float]]:
+def run_curve(run: RunInfo, statistic: str) -> list[tuple[int, float]]:
+    """A run's curve as ``(frames, value)`` points: its evaluations' mean returns
+    (``statistic="evaluation"``, eval.jsonl) or its training log's mean returns (``"training"``,
+    metrics.jsonl); records without a finite value are left out."""
     records, key = (
         (run.evals, "mean_return") if statistic == "evaluation" else (run.metrics, "return")
     )
@@ -578,7 +582,7 @@ def write_plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
         last = max(r.final_env_steps * r.frame_skip for r in group.runs)
         for statistic in statistics:
             style, i = ("-", 1) if statistic == "training" else ("--", 0)
-            curves = [_curve(run, statistic) for run in group.runs]
+            curves = [run_curve(run, statistic) for run in group.runs]
             for curve in curves:
                 if curve:
                     xs, ys = zip(*curve, strict=True)

@@ -87,7 +87,9 @@ def published(suite_name: str) -> tuple[PublishedRuns, ...]:
                 protocol=str(meta["protocol"]),
                 statistic=str(meta["statistic"]),
                 frames=int(meta["frames"]),
-                scores={g: tuple(float(x) for x in by_key[ref_lib.game_key(g)]) for g in suite.games},
+                scores={
+                    g: tuple(float(x) for x in by_key[ref_lib.game_key(g)]) for g in suite.games
+                },
             )
         )
     return tuple(out)

@@ -130,7 +130,11 @@ def _data() -> Path:
 
 def _read_csv(name: str) -> list[dict[str, str]]:
     text = (_data() / name).read_text(encoding="utf-8")
-    return list(csv.DictReader(io.StringIO("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")))))
+    return list(
+        csv.DictReader(
+            io.StringIO("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")))
+        )
+    )
 
 
 @functools.cache
@@ -214,7 +218,9 @@ def normalise(
         if isinstance(suite_or_table, Suite | str):
             from zoo.bench.suites import get_suite
 
-            suite = suite_or_table if isinstance(suite_or_table, Suite) else get_suite(suite_or_table)
+            suite = (
+                suite_or_table if isinstance(suite_or_table, Suite) else get_suite(suite_or_table)
+            )
             games = suite.games
         else:
             games = list(raw)
@@ -455,7 +461,9 @@ def sample_efficiency(
         )
     return {
         name: [
-            Interval(float(points[name][i]), float(intervals[name][0, i]), float(intervals[name][1, i]))
+            Interval(
+                float(points[name][i]), float(intervals[name][0, i]), float(intervals[name][1, i])
+            )
             for i in range(len(frames))
         ]
         for name in arrays

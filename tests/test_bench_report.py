@@ -1,0 +1,125 @@
+"""``zoo.bench.report`` on real CartPole runs: two presets × two seeds at a tiny budget.
+
+The budgets check bookkeeping and the report's numbers against the runs' own records, not
+learning. A seed folder left empty stands for a run that never started.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from zoo.bench import report, stats
+from zoo.metrics import read_jsonl
+
+ALGOS = ("dqn_cartpole", "double_dqn_cartpole")
+SEEDS = (0, 1)
+BUDGET = 1000
+# a small network and replay: compile time, not learning, is what a test pays for
+FAST = {
+    "network.hidden": [16],
+    "replay.min_size": 200,
+    "replay.capacity": BUDGET,
+    "schedule.epsilon.steps": 500,
+}
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    from zoo.run import train
+
+    root = tmp_path_factory.mktemp("bench")
+    for algo in ALGOS:
+        for seed in SEEDS:
+            train(
+                algo,
+                env="CartPole-v1",
+                total_env_steps=BUDGET,
+                seed=seed,
+                run_dir=root / algo / "CartPole-v1" / f"seed{seed}",
+                overrides=FAST,
+                eval_every=500,
+                eval_episodes=3,
+                save_replay=False,
+                loop="host",
+                progress=False,
+            )
+    (root / ALGOS[0] / "CartPole-v1" / "seed2").mkdir()  # a run that never started
+    out = root / "report"
+    paths = report.write_report(root, out, suite="classic", reps=500)
+    return root, out, paths
+
+
+def _last_eval(root, algo, seed):
+    return read_jsonl(root / algo / "CartPole-v1" / f"seed{seed}" / "eval.jsonl")[-1]
+
+
+def test_collect_reads_each_run_score_from_its_final_evaluation(bench):
+    root, _, _ = bench
+    data = report.collect(root)
+    for algo in ALGOS:
+        runs = data.finished(algo, "CartPole-v1")
+        assert [r.seed for r in runs] == list(SEEDS)
+        for run in runs:
+            last = _last_eval(root, algo, run.seed)
+            assert last["env_steps"] == BUDGET
+            assert (run.score, run.statistic) == (last["mean_return"], "evaluation")
+            assert run.env_steps == BUDGET and run.wall_s > 0 and run.env_steps_per_s > 0
+            assert [f for f, _ in run.curve] == [500, 1000]
+
+
+def test_missing_runs_are_listed_not_dropped(bench):
+    _, out, _ = bench
+    payload = json.loads((out / "bench.json").read_text())
+    missing = {(m["algo"], m["seed"], m["status"]) for m in payload["missing"]}
+    # seed 2 exists (empty) for one algorithm, so it is expected of both
+    assert missing == {(ALGOS[0], 2, "not started"), (ALGOS[1], 2, "not started")}
+    md = (out / "bench.md").read_text()
+    assert f"{ALGOS[0]} · CartPole-v1 · seed 2: not started" in md
+    assert f"{ALGOS[1]} · CartPole-v1 · seed 2: not started" in md
+
+
+def test_report_numbers_match_the_runs_records(bench):
+    root, out, paths = bench
+    for key in ("md", "json", "intervals", "profiles", "improvement", "sample_efficiency"):
+        assert paths[key].stat().st_size > 0, key
+    for key in ("intervals", "profiles", "improvement", "sample_efficiency"):
+        assert paths[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    payload = json.loads((out / "bench.json").read_text())
+    assert payload["normalisation"] == "return_range" and payload["games"] == ["CartPole-v1"]
+    md = (out / "bench.md").read_text()
+    for algo in ALGOS:
+        raw = [_last_eval(root, algo, s)["mean_return"] for s in SEEDS]
+        assert payload["raw_scores"][algo] == [[v] for v in raw]
+        # CartPole-v1's return range is [0, 500]: normalised = return / 500
+        assert np.ravel(payload["normalised_scores"][algo]) == pytest.approx([v / 500 for v in raw])
+        cell = f"{np.mean(raw):,.1f} [{min(raw):,.1f}, {max(raw):,.1f}] (n=2)"
+        assert cell in md
+        iqm = payload["aggregates"][algo]["iqm"]
+        by_hand = scipy_stats.trim_mean(np.array(raw) / 500, 0.25)
+        assert iqm["point"] == pytest.approx(by_hand)
+        assert iqm["lo"] <= iqm["point"] <= iqm["hi"]
+    a, b = ALGOS
+    p_ab = payload["probability_of_improvement"][f"{a} > {b}"]["point"]
+    p_ba = payload["probability_of_improvement"][f"{b} > {a}"]["point"]
+    assert p_ab + p_ba == pytest.approx(1.0)
+    assert len(payload["sample_efficiency"]["frames"]) == 2
+    assert any(v.startswith("IQM") for v in payload["verdicts"])
+
+
+def test_a_report_without_a_suite_normalises_by_the_protocol_family(bench, tmp_path):
+    root, _, _ = bench
+    paths = report.write_report(root, tmp_path, reps=200)
+    payload = json.loads(paths["json"].read_text())
+    assert payload["suite"] is None and payload["normalisation"] == "return_range"
+    direct = stats.aggregate(
+        {a: np.array(payload["normalised_scores"][a]) for a in ALGOS}, reps=200, seed=0
+    )
+    for algo in ALGOS:
+        assert payload["aggregates"][algo]["iqm"]["point"] == pytest.approx(
+            direct[algo]["iqm"].point
+        )
+        assert payload["aggregates"][algo]["iqm"]["lo"] == pytest.approx(direct[algo]["iqm"].lo)

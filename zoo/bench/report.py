@@ -1,0 +1,842 @@
+"""The report of ``zoo bench``: per-game scores, aggregates with CIs, and plots.
+
+:func:`collect` reads every run under ``ROOT/<algo>/<game-folder>/seed<k>`` (the layout of
+``zoo reproduce`` and ``zoo bench``) through :func:`zoo.compare.load_run`; :func:`write_report`
+writes ``bench.md``, ``bench.json`` and PNG plots.
+
+**Which score of a run.** A run is *finished* when its training log reached its budget
+(``total_env_steps`` of its ``run.yaml``); the algorithm's budget is the largest of its runs'.
+The score of a finished run is its greedy **evaluation** at the budget (``eval.jsonl``: the mean
+return over the evaluation games, :func:`zoo.compare.evaluation_statistic`); a run without one
+(no evaluation at its final step, or one that finished no game) falls back to its **training**
+statistic: the mean return of the training games that ended in the window before the budget
+(:func:`zoo.compare.training_statistic`, with the window of the preset's reference series, e.g.
+Dopamine's 1M-frame iteration, else 10% of the budget). Each run's statistic is in ``bench.json``
+and the report counts the fallbacks. Unfinished, unstarted and unreadable runs are listed, never
+silently dropped, and are left out of every number.
+
+**Aggregates** (:mod:`zoo.bench.stats`, Agarwal et al. 2021) are over the games on which every
+algorithm has at least one finished run; an algorithm with fewer runs on some games keeps its
+first k seeds on each (k = its fewest), and the report names the runs this leaves out. Published
+per-run scores (Atari 100k: DrQ(ε), SPR; :mod:`zoo.bench.published`) join the aggregates only
+where every run shares their protocol, statistic (evaluation) and budget; Dopamine's curves
+(``dopamine_2018`` runs of presets that name them) appear per game at equal frames
+(:func:`zoo.compare.compare`), as per-game means of 5 seeds (no per-run data, no interval).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from zoo import compare as compare_lib
+from zoo.bench import stats
+from zoo.bench.errors import BenchError
+from zoo.bench.published import published
+from zoo.bench.suites import Suite, get_suite
+
+__all__ = ["BenchData", "BenchRun", "collect", "write_report"]
+
+_SEED = re.compile(r"^seed(\d+)$")
+
+#: The normalisation of a protocol's environment family, for runs reported without a suite.
+_NORMALISATION_OF_FAMILY = {"atari": "human", "minatar": "random_sigma", "classic": "return_range"}
+
+#: Display names of :data:`zoo.bench.stats.METRICS`.
+_METRIC_NAMES = {
+    "iqm": "IQM",
+    "median": "Median",
+    "mean": "Mean",
+    "optimality_gap": "Optimality gap",
+}
+
+
+@dataclass
+class BenchRun:
+    """One run of a benchmark (or the place where one should be).
+
+    Attributes:
+      algo: the algorithm folder (``ROOT/<algo>``).
+      game: the environment id (from ``run.yaml``; the folder name where that is unreadable).
+      seed: the seed (from the ``seed<k>`` folder).
+      path: the run directory.
+      status: ``finished``, ``unfinished`` (short of its budget, or no records yet),
+        ``not started`` (no ``run.yaml``) or ``damaged`` (an unreadable ``run.yaml``).
+      protocol, frame_skip: the run's protocol and its frames per agent step.
+      env_steps: the last logged env step (transitions); ``budget_env_steps`` its budget.
+      score: the run's final score (see the module docstring), ``None`` unless finished.
+      statistic: ``evaluation`` or ``training``: what ``score`` is.
+      curve: ``(frames, evaluation mean return)`` points.
+      env_steps_per_s: the loop's rate in the run's last log record (env steps over the session's
+        time since its loop started).
+      wall_s: the wall time of the run's sessions (from ``history.jsonl``: each start or resume
+        to its stop).
+      note: why a run is not finished, or how its score was read.
+    """
+
+    algo: str
+    game: str
+    seed: int
+    path: Path
+    status: str
+    protocol: str | None = None
+    frame_skip: int = 1
+    env_steps: int = 0
+    budget_env_steps: int | None = None
+    score: float | None = None
+    statistic: str | None = None
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    env_steps_per_s: float | None = None
+    wall_s: float | None = None
+    note: str = ""
+
+
+@dataclass
+class BenchData:
+    """Every run found under a benchmark folder, with per-game references where they exist.
+
+    ``references[(algo, game)]`` holds the reference series value at the budget
+    (:func:`zoo.compare.compare`'s row: ``series``, ``label``, ``statistic``, ``frames``,
+    ``mean``, ``min``, ``max``).
+    """
+
+    root: Path
+    runs: list[BenchRun]
+    references: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def algorithms(self) -> list[str]:
+        return list(dict.fromkeys(r.algo for r in self.runs))
+
+    @property
+    def games(self) -> list[str]:
+        return list(dict.fromkeys(r.game for r in self.runs))
+
+    def finished(self, algo: str, game: str) -> list[BenchRun]:
+        """The finished runs of ``algo`` on ``game`` that have a score, in seed order."""
+        return sorted(
+            (
+                r
+                for r in self.runs
+                if r.algo == algo
+                and r.game == game
+                and r.status == "finished"
+                and r.score is not None
+            ),
+            key=lambda r: r.seed,
+        )
+
+    def missing(self) -> list[BenchRun]:
+        """Runs that are not finished (unfinished, not started, damaged)."""
+        return [r for r in self.runs if r.status != "finished" or r.score is None]
+
+
+# ------------------------------------------------------------------------------ collect
+
+
+def _wall_seconds(path: Path) -> float | None:
+    from zoo.rundir import read_history
+
+    total, start = 0.0, None
+    for event in read_history(path):
+        try:
+            when = datetime.fromisoformat(str(event["time"]))
+        except (KeyError, ValueError):
+            continue
+        if event.get("event") in ("created", "resumed", "adopted"):
+            start = when
+        elif event.get("event") == "stopped" and start is not None:
+            total += (when - start).total_seconds()
+            start = None
+    return total if total > 0 else None
+
+
+def _settings(path: Path) -> dict[str, Any]:
+    try:
+        settings = yaml.safe_load((path / "run.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
+def _read_run(algo: str, folder: str, seed: int, path: Path) -> BenchRun:
+    run = BenchRun(algo=algo, game=folder, seed=seed, path=path, status="not started")
+    if not (path / "run.yaml").is_file():
+        run.note = "no run.yaml: not started"
+        return run
+    settings = _settings(path)
+    run.game = str(settings.get("env", folder))
+    try:
+        info = compare_lib.load_run(path)
+    except compare_lib.CompareError as e:
+        run.status = "damaged" if "damaged" in str(e) else "unfinished"
+        run.note = str(e)
+        return run
+    run.protocol, run.frame_skip = info.protocol, info.frame_skip
+    run.env_steps = info.final_env_steps
+    budget = settings.get("total_env_steps")
+    run.budget_env_steps = int(budget) if budget is not None else None
+    run.curve = compare_lib.run_curve(info, "evaluation")
+    rate = info.metrics[-1].get("env_steps_per_s")
+    run.env_steps_per_s = float(rate) if rate is not None else None
+    run.wall_s = _wall_seconds(path)
+    if run.budget_env_steps is not None and run.env_steps < run.budget_env_steps:
+        run.status = "unfinished"
+        run.note = f"at {run.env_steps:,} of {run.budget_env_steps:,} env steps"
+    else:
+        run.status = "finished"
+    return run
+
+
+def collect(root: str | Path) -> BenchData:
+    """Every run under ``root/<algo>/<game-folder>/seed<k>``, with its final score.
+
+    The score of each finished run is read as the module docstring says (evaluation at the
+    budget, else the training statistic); runs of an algorithm are finished when they reached
+    the largest budget among its runs. Reference series values at that budget (Dopamine's curves
+    for the presets that name them) are read through :func:`zoo.compare.compare`.
+
+    Raises:
+      BenchError: ``root`` does not exist or holds no ``<algo>/<game>/seed<k>`` folder.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise BenchError(f"{root} is not a folder")
+    runs: list[BenchRun] = []
+    for algo_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for game_dir in sorted(p for p in algo_dir.iterdir() if p.is_dir()):
+            for seed_dir in sorted(p for p in game_dir.iterdir() if p.is_dir()):
+                match = _SEED.match(seed_dir.name)
+                if match:
+                    runs.append(_read_run(algo_dir.name, game_dir.name, int(match[1]), seed_dir))
+    if not runs:
+        raise BenchError(f"{root} holds no run (expected {root}/<algo>/<game>/seed<k>)")
+    data = BenchData(root=root, runs=runs)
+    _expect_every_seed(data)
+    for algo in data.algorithms:
+        _score_algorithm(data, algo)
+    return data
+
+
+def _expect_every_seed(data: BenchData) -> None:
+    """A seed some (algo, game) has is expected of every (algo, game): absent ones are listed."""
+    seeds = sorted({r.seed for r in data.runs})
+    present = {(r.algo, r.path.parent.name, r.seed) for r in data.runs}
+    folders = {(r.algo, r.path.parent.name): r for r in data.runs}
+    for (algo, folder), example in sorted(folders.items()):
+        for seed in seeds:
+            if (algo, folder, seed) not in present:
+                path = data.root / algo / folder / f"seed{seed}"
+                data.runs.append(
+                    BenchRun(
+                        algo=algo,
+                        game=example.game,
+                        seed=seed,
+                        path=path,
+                        status="not started",
+                        note="no folder: not started",
+                    )
+                )
+
+
+def _score_algorithm(data: BenchData, algo: str) -> None:
+    runs = [r for r in data.runs if r.algo == algo and r.status in ("finished", "unfinished")]
+    budgets = [r.budget_env_steps for r in runs if r.budget_env_steps is not None]
+    if not budgets:
+        return
+    budget = max(budgets)
+    for run in runs:
+        if run.status == "finished" and run.env_steps < budget:
+            run.status = "unfinished"
+            run.note = f"at {run.env_steps:,} env steps, short of its algorithm's {budget:,}"
+    finished = [r for r in runs if r.status == "finished"]
+    if not finished:
+        return
+    comparison = compare_lib.compare([r.path for r in finished], env_steps=budget)
+    data.notes.extend(f"{algo}: {n}" for n in comparison.notes)
+    by_path = {r.path: r for r in finished}
+    for group in comparison.groups:
+        rows = {row.statistic: row for row in group.rows if row.series is None}
+        for row in group.rows:
+            if row.series is not None and row.reference is not None:
+                data.references[(algo, group.runs[0].env)] = {
+                    "series": row.series,
+                    "label": row.series_label,
+                    "statistic": row.statistic,
+                    "frames": row.frames,
+                    "mean": row.reference["mean"],
+                    "min": row.reference.get("min"),
+                    "max": row.reference.get("max"),
+                }
+            rows.setdefault(row.statistic, row)
+        evaluation, training = rows.get("evaluation"), rows.get("training")
+        for i, info in enumerate(group.runs):
+            run = by_path[info.path]
+            value = evaluation.values[i] if evaluation is not None else None
+            if value is not None:
+                run.score, run.statistic = value, "evaluation"
+                continue
+            value = training.values[i] if training is not None else None
+            if value is not None:
+                run.score, run.statistic = value, "training"
+                window = training.window_frames
+                run.note = (
+                    f"no evaluation at the budget: training statistic (window {window:,} frames)"
+                )
+            else:
+                run.note = (
+                    "no evaluation at the budget and no training game in the window: no score"
+                )
+
+
+# ------------------------------------------------------------------------------ report
+
+
+@dataclass
+class _Matrices:
+    """What the aggregates are computed over."""
+
+    games: list[str]
+    normalisation: str
+    raw: dict[str, np.ndarray]  # algo -> [runs, games] raw scores
+    scores: dict[str, np.ndarray]  # normalised
+    seeds: dict[str, list[int]]  # algo -> the seeds of the matrix rows, where ours
+    notes: list[str]
+
+
+def _normalisation(data: BenchData, suite: Suite | None) -> str:
+    if suite is not None:
+        return suite.normalisation
+    from zoo.envs import get_protocol
+
+    families = {get_protocol(r.protocol).suite for r in data.runs if r.protocol is not None}
+    if len(families) != 1:
+        raise BenchError(
+            f"runs of several environment families ({', '.join(sorted(families)) or 'none'}): "
+            "name a suite, or report each family's runs separately"
+        )
+    return _NORMALISATION_OF_FAMILY[families.pop()]
+
+
+def _matrices(data: BenchData, suite: Suite | None) -> _Matrices:
+    from zoo import reference as ref_lib
+
+    normalisation = _normalisation(data, suite)
+    notes: list[str] = []
+    found = data.games
+    if suite is not None:
+        keys = {ref_lib.game_key(g): g for g in suite.games}
+        outside = [g for g in found if ref_lib.game_key(g) not in keys]
+        if outside:
+            notes.append(f"runs of games outside suite {suite.name} are not aggregated: {outside}")
+        by_key = {ref_lib.game_key(g): g for g in found}
+        candidates = [by_key[k] for k in keys if k in by_key]
+        absent = [g for k, g in keys.items() if k not in by_key]
+        if absent:
+            notes.append(
+                f"suite {suite.name}: no run of {len(absent)} game(s): {', '.join(absent)}"
+            )
+    else:
+        candidates = found
+    games = []
+    for game in candidates:
+        lacking = [a for a in data.algorithms if not data.finished(a, game)]
+        try:
+            stats.anchors(normalisation, game)
+        except BenchError as e:
+            notes.append(f"{game} left out of the aggregates: {e}")
+            continue
+        if lacking:
+            notes.append(
+                f"{game} left out of the aggregates: no finished run of {', '.join(lacking)}"
+            )
+            continue
+        games.append(game)
+    raw, scores, seeds = {}, {}, {}
+    if games:
+        for algo in data.algorithms:
+            per_game = {g: data.finished(algo, g) for g in games}
+            k = min(len(v) for v in per_game.values())
+            dropped = [f"{g} seed {r.seed}" for g, v in per_game.items() for r in v[k:]]
+            if dropped:
+                notes.append(
+                    f"{algo}: {k} run(s) on every game in the aggregates (the lowest seeds); "
+                    f"left out of them: {', '.join(dropped)}"
+                )
+            raw[algo] = np.array([[r.score for r in per_game[g][:k]] for g in games]).T
+            scores[algo] = stats.normalise(
+                {g: [r.score for r in per_game[g][:k]] for g in games},
+                {g: stats.anchors(normalisation, g) for g in games},
+                games=games,
+            )
+            seeds[algo] = [r.seed for r in per_game[games[0]][:k]]
+    return _Matrices(games, normalisation, raw, scores, seeds, notes)
+
+
+def _published(data: BenchData, suite: Suite | None, m: _Matrices) -> dict[str, np.ndarray]:
+    """Published per-run matrices over the aggregated games, where they match our runs."""
+    if suite is None or not m.games:
+        return {}
+    out = {}
+    for item in published(suite.name):
+        ours = [r for r in data.runs if r.score is not None and r.game in m.games]
+        why = []
+        if any(r.protocol != item.protocol for r in ours):
+            why.append(f"protocol {item.protocol}")
+        if any((r.budget_env_steps or 0) * r.frame_skip != item.frames for r in ours):
+            why.append(f"budget {item.frames:,} frames")
+        if any(r.statistic != item.statistic for r in ours):
+            why.append(f"statistic {item.statistic}")
+        if why:
+            data.notes.append(
+                f"{item.label} (published) not shown: our runs do not all share its "
+                + ", ".join(why)
+            )
+            continue
+        matrix = item.matrix(m.games)
+        out[item.label] = matrix
+        m.raw[item.label] = matrix
+        m.scores[item.label] = stats.normalise(
+            {g: matrix[:, j] for j, g in enumerate(m.games)},
+            {g: stats.anchors(m.normalisation, g) for g in m.games},
+            games=m.games,
+        )
+        if len(m.games) < len(suite.games):
+            data.notes.append(
+                f"{item.label} (published) is aggregated over the same {len(m.games)} games as "
+                f"ours, not its {len(suite.games)}"
+            )
+    return out
+
+
+def _curves(data: BenchData, m: _Matrices) -> tuple[list[int], dict[str, np.ndarray]]:
+    """Normalised evaluation curves ``[points, runs, games]`` at the frames every run has."""
+    ours = [a for a in data.algorithms if a in m.seeds]
+    runs = {
+        (a, g, s): r
+        for a in ours
+        for g in m.games
+        for r in data.finished(a, g)
+        for s in [r.seed]
+        if s in m.seeds[a]
+    }
+    if not runs:
+        return [], {}
+    common = set.intersection(*({f for f, _ in r.curve} for r in runs.values()))
+    frames = sorted(common)
+    if not frames:
+        return [], {}
+    curves = {}
+    for a in ours:
+        array = np.empty((len(frames), len(m.seeds[a]), len(m.games)))
+        for j, g in enumerate(m.games):
+            zero, one = stats.anchors(m.normalisation, g)
+            for i, seed in enumerate(m.seeds[a]):
+                points = dict(runs[(a, g, seed)].curve)
+                array[:, i, j] = [(points[f] - zero) / (one - zero) for f in frames]
+        curves[a] = array
+    return frames, curves
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _per_game_cell(runs: Sequence[BenchRun]) -> str:
+    if not runs:
+        return "—"
+    scores = [r.score for r in runs if r.score is not None]
+    rates = [r.env_steps_per_s for r in runs if r.env_steps_per_s is not None]
+    walls = [r.wall_s for r in runs if r.wall_s is not None]
+    mean = _fmt(float(np.mean(scores)))
+    text = f"{mean} [{_fmt(min(scores))}, {_fmt(max(scores))}] (n={len(scores)})"
+    rate = f"{float(np.mean(rates)):,.0f}/s" if rates else "—"
+    wall = _duration(float(np.mean(walls))) if walls else "—"
+    return f"{text} · {rate} · {wall}"
+
+
+def _verdicts(
+    aggregates: Mapping[str, Mapping[str, stats.Interval]],
+    poi: Mapping[tuple[str, str], stats.Interval],
+) -> list[str]:
+    lines = []
+    names = list(aggregates)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            ia, ib = aggregates[a]["iqm"], aggregates[b]["iqm"]
+            if ia.overlaps(ib):
+                lines.append(
+                    f"IQM: {a} {ia.point:.3f} [{ia.lo:.3f}, {ia.hi:.3f}] and {b} {ib.point:.3f} "
+                    f"[{ib.lo:.3f}, {ib.hi:.3f}] overlap: these runs do not show which is better."
+                )
+            else:
+                hi, lo = (a, b) if ia.point > ib.point else (b, a)
+                lines.append(
+                    f"IQM: the intervals of {a} and {b} do not overlap: {hi}'s IQM is above "
+                    f"{lo}'s at 95% confidence."
+                )
+            p = poi.get((a, b))
+            if p is None:
+                continue
+            if p.lo > 0.5 or p.hi < 0.5:
+                better, worse, q = (a, b, p) if p.point > 0.5 else (b, a, poi[(b, a)])
+                lines.append(
+                    f"P({better} > {worse}) = {q.point:.3f} [{q.lo:.3f}, {q.hi:.3f}]: the interval "
+                    f"excludes 0.5, so {better} improves on {worse} (Agarwal et al. 2021)."
+                )
+            else:
+                lines.append(
+                    f"P({a} > {b}) = {p.point:.3f} [{p.lo:.3f}, {p.hi:.3f}] contains 0.5: no "
+                    "improvement either way is shown."
+                )
+    return lines
+
+
+def _plots(
+    out: Path,
+    aggregates: Mapping[str, Mapping[str, stats.Interval]],
+    profiles: Mapping[str, stats.Profile],
+    poi: Mapping[tuple[str, str], stats.Interval],
+    frames: list[int],
+    efficiency: Mapping[str, list[stats.Interval]],
+    xlabel: str,
+) -> dict[str, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rliable import plot_utils
+
+    paths: dict[str, Path] = {}
+    algos = list(aggregates)
+    if algos:
+        points = {a: np.array([aggregates[a][m].point for m in stats.METRICS]) for a in algos}
+        cis = {
+            a: np.array(
+                [
+                    [aggregates[a][m].lo for m in stats.METRICS],
+                    [aggregates[a][m].hi for m in stats.METRICS],
+                ]
+            )
+            for a in algos
+        }
+        fig, _ = plot_utils.plot_interval_estimates(
+            points,
+            cis,
+            [_METRIC_NAMES[m] for m in stats.METRICS],
+            algorithms=algos,
+            xlabel=xlabel,
+            max_ticks=3,
+            row_height=0.6,
+            xlabel_y_coordinate=-0.4,
+        )
+        paths["intervals"] = out / "intervals.png"
+        fig.savefig(paths["intervals"], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    if profiles:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        taus = next(iter(profiles.values())).taus
+        plot_utils.plot_performance_profiles(
+            {a: p.fraction for a, p in profiles.items()},
+            taus,
+            performance_profile_cis={a: (p.lo, p.hi) for a, p in profiles.items()},
+            ax=ax,
+            xlabel=rf"{xlabel} ($\tau$)",
+        )
+        ax.legend(list(profiles), loc="upper right", fontsize=9)
+        paths["profiles"] = out / "profiles.png"
+        fig.savefig(paths["profiles"], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    pairs = [(a, b) for i, a in enumerate(algos) for b in algos[i + 1 :] if (a, b) in poi]
+    if pairs:
+        fig, ax = plt.subplots(figsize=(5, 0.6 + 0.5 * len(pairs)))
+        plot_utils.plot_probability_of_improvement(
+            {f"{a},{b}": np.array([poi[(a, b)].point]) for a, b in pairs},
+            {f"{a},{b}": np.array([[poi[(a, b)].lo], [poi[(a, b)].hi]]) for a, b in pairs},
+            ax=ax,
+        )
+        paths["improvement"] = out / "improvement.png"
+        fig.savefig(paths["improvement"], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    if frames and efficiency:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        scale = 1e6 if frames[-1] >= 1e6 else 1e3
+        plot_utils.plot_sample_efficiency_curve(
+            np.array(frames) / scale,
+            {a: np.array([iv.point for iv in v]) for a, v in efficiency.items()},
+            {
+                a: np.array([[iv.lo for iv in v], [iv.hi for iv in v]])
+                for a, v in efficiency.items()
+            },
+            algorithms=list(efficiency),
+            ax=ax,
+            xlabel=f"frames ({'millions' if scale == 1e6 else 'thousands'})",
+            ylabel=f"IQM {xlabel.lower()}",
+            labelsize="large",
+            ticklabelsize="large",
+        )
+        ax.legend(list(efficiency), fontsize=9)
+        paths["sample_efficiency"] = out / "sample_efficiency.png"
+        fig.savefig(paths["sample_efficiency"], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    return paths
+
+
+_NORMALISED_LABEL = {
+    "human": "Human-normalised score",
+    "random_sigma": "Random-normalised score (σ of random play)",
+    "return_range": "Return-range-normalised score",
+}
+
+
+def write_report(
+    root: str | Path,
+    out: str | Path | None = None,
+    suite: str | None = None,
+    reps: int = 50000,
+    seed: int = 0,
+) -> dict[str, Path]:
+    """Write the benchmark report of the runs under ``root``.
+
+    Args:
+      root: the benchmark folder (``root/<algo>/<game-folder>/seed<k>``).
+      out: where the files go (default ``root``).
+      suite: the suite the runs belong to (its games, normalisation, published rows and, for
+        ``atari5``, the predicted 57-game median); default: the games found, normalised by their
+        protocol's family (human on Atari, random play on MinAtar, return range otherwise).
+      reps: bootstrap resamples of the aggregate intervals (Agarwal et al. use 50,000); the
+        probability of improvement, performance profiles and sample-efficiency curves use
+        ``min(reps, 2000)``, rliable's default for them.
+      seed: seeds the bootstrap.
+
+    Returns:
+      ``{"md": bench.md, "json": bench.json, "intervals"|"profiles"|"improvement"|
+      "sample_efficiency": PNG}`` (a plot is absent where there is nothing to draw).
+
+    Raises:
+      BenchError: ``root`` holds no run, or runs of several environment families without a suite.
+    """
+    root = Path(root)
+    out_dir = Path(out) if out is not None else root
+    out_dir.mkdir(parents=True, exist_ok=True)
+    chosen = get_suite(suite) if suite is not None else None
+    data = collect(root)
+    m = _matrices(data, chosen)
+    _published(data, chosen, m)
+    small = min(reps, 2000)
+    aggregates = stats.aggregate(m.scores, reps=reps, seed=seed) if m.games else {}
+    poi = stats.probability_of_improvement(m.scores, reps=small, seed=seed) if m.games else {}
+    profiles: dict[str, stats.Profile] = {}
+    if m.games:
+        top = max(float(np.max(s)) for s in m.scores.values())
+        taus = np.linspace(
+            min(0.0, min(float(np.min(s)) for s in m.scores.values())), max(top, 1.0), 41
+        )
+        profiles = stats.performance_profile(m.scores, taus, reps=small, seed=seed)
+    frames, curves = _curves(data, m) if m.games else ([], {})
+    efficiency = stats.sample_efficiency(curves, frames, reps=small, seed=seed) if frames else {}
+    predicted: dict[str, float] = {}
+    if chosen is not None and chosen.predictor_weights and m.normalisation == "human":
+        for algo, matrix in m.scores.items():
+            means = dict(zip(m.games, matrix.mean(axis=0), strict=True))
+            try:
+                predicted[algo] = stats.predicted_atari57_median(means, chosen.predictor_weights)
+            except BenchError as e:
+                data.notes.append(f"{algo}: no Atari-5 prediction ({e})")
+    verdicts = _verdicts(aggregates, poi)
+    label = _NORMALISED_LABEL[m.normalisation]
+    paths = _plots(out_dir, aggregates, profiles, poi, frames, efficiency, label)
+    fallbacks = [r for r in data.runs if r.statistic == "training"]
+    report = {
+        "root": str(root),
+        "suite": chosen.name if chosen else None,
+        "normalisation": m.normalisation,
+        "games": m.games,
+        "reps": reps,
+        "seed": seed,
+        "runs": [
+            {
+                **{k: v for k, v in asdict(r).items() if k not in ("curve", "path")},
+                "path": str(r.path),
+            }
+            | {"curve": [list(p) for p in r.curve]}
+            for r in sorted(data.runs, key=lambda r: (r.algo, r.game, r.seed))
+        ],
+        "missing": [
+            {"algo": r.algo, "game": r.game, "seed": r.seed, "status": r.status, "note": r.note}
+            for r in data.missing()
+        ],
+        "matrix_seeds": m.seeds,
+        "raw_scores": stats.to_jsonable(m.raw),
+        "normalised_scores": stats.to_jsonable(m.scores),
+        "aggregates": stats.to_jsonable(aggregates),
+        "probability_of_improvement": stats.to_jsonable(poi),
+        "performance_profiles": stats.to_jsonable(profiles),
+        "sample_efficiency": {"frames": frames, "iqm": stats.to_jsonable(efficiency)},
+        "predicted_atari57_median": predicted,
+        "references": [
+            {"algo": a, "game": g, **ref} for (a, g), ref in sorted(data.references.items())
+        ],
+        "published": {
+            p.label: {"source": p.source, "protocol": p.protocol, "frames": p.frames}
+            for p in (published(chosen.name) if chosen else ())
+            if p.label in m.scores
+        },
+        "verdicts": verdicts,
+        "notes": [*m.notes, *data.notes],
+    }
+    paths["json"] = out_dir / "bench.json"
+    paths["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    paths["md"] = out_dir / "bench.md"
+    paths["md"].write_text(
+        _markdown(data, chosen, m, aggregates, poi, predicted, verdicts, fallbacks, paths, reps),
+        encoding="utf-8",
+    )
+    return paths
+
+
+def _markdown(
+    data: BenchData,
+    suite: Suite | None,
+    m: _Matrices,
+    aggregates: Mapping[str, Mapping[str, stats.Interval]],
+    poi: Mapping[tuple[str, str], stats.Interval],
+    predicted: Mapping[str, float],
+    verdicts: list[str],
+    fallbacks: list[BenchRun],
+    paths: Mapping[str, Path],
+    reps: int,
+) -> str:
+    title = f"zoo bench: {suite.name}" if suite else "zoo bench"
+    lines = [f"# {title}", ""]
+    if suite is not None:
+        lines += [f"{suite.description}", "", f"Source: {suite.source}", ""]
+    lines += [
+        f"Runs in `{data.root}`. Score of a run: its greedy evaluation at the budget (mean return "
+        "of the evaluation games), else its training statistic (marked below). Normalisation: "
+        f"`{m.normalisation}` ({_NORMALISED_LABEL[m.normalisation].lower()}; docs/bench.md).",
+        "",
+        "## Per game",
+        "",
+        "Raw score: mean [min, max] over seeds (n = finished runs) · env steps/s · wall time "
+        "per run (means over the seeds).",
+        "",
+    ]
+    algos = data.algorithms
+    refs = sorted({(ref["series"], ref["label"]) for ref in data.references.values()})
+    header = ["game", *algos, *(f"{s} (reference)" for s, _ in refs)]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for game in data.games:
+        cells = [game, *(_per_game_cell(data.finished(a, game)) for a in algos)]
+        for series, _ in refs:
+            ref = next(
+                (r for (a, g), r in data.references.items() if g == game and r["series"] == series),
+                None,
+            )
+            if ref is None:
+                cells.append("—")
+            else:
+                spread = (
+                    f" [{_fmt(ref['min'])}, {_fmt(ref['max'])}]" if ref["min"] is not None else ""
+                )
+                cells.append(f"{_fmt(ref['mean'])}{spread} at {ref['frames']:,} frames")
+        lines.append("| " + " | ".join(cells) + " |")
+    if refs:
+        lines += ["", "References: " + "; ".join(f"`{s}`: {label}" for s, label in refs) + "."]
+    if fallbacks:
+        lines += [
+            "",
+            f"{len(fallbacks)} run(s) scored by their training statistic (no evaluation at the "
+            "budget): " + ", ".join(f"{r.algo} {r.game} seed {r.seed}" for r in fallbacks) + ".",
+        ]
+    missing = data.missing()
+    lines += ["", "## Runs not in the numbers", ""]
+    if missing:
+        lines += [
+            f"- {r.algo} · {r.game} · seed {r.seed}: {r.status} ({r.note})"
+            for r in sorted(missing, key=lambda r: (r.algo, r.game, r.seed))
+        ]
+    else:
+        lines.append("None: every run is finished.")
+    lines += ["", "## Aggregates", ""]
+    if aggregates:
+        lines += [
+            f"Over {len(m.games)} game(s): {', '.join(m.games)}. Point estimate [95% stratified "
+            f"bootstrap CI, {reps:,} resamples] (Agarwal et al. 2021, rliable). IQM: mean of the "
+            "middle 50% of all runs × games; median and mean: over games of the per-game mean; "
+            "optimality gap: 1 minus the mean score clipped at 1 (lower is better).",
+            "",
+            "| algorithm | runs × games | "
+            + " | ".join(_METRIC_NAMES[x] for x in stats.METRICS)
+            + " |",
+            "|" + "---|" * (2 + len(stats.METRICS)),
+        ]
+        table = stats.interval_table(aggregates)
+        for algo in aggregates:
+            shape = m.scores[algo].shape
+            name = algo if algo in algos else f"{algo} (published)"
+            lines.append(
+                f"| {name} | {shape[0]} × {shape[1]} | "
+                + " | ".join(table[algo][x] for x in stats.METRICS)
+                + " |"
+            )
+    else:
+        lines.append("No game has a finished run of every algorithm: nothing to aggregate.")
+    if predicted:
+        lines += [
+            "",
+            "Atari-5 predicted 57-game median human-normalised score (Aitchison, Sweetser & "
+            "Hutter 2023; from the per-game mean scores): "
+            + ", ".join(f"{a} {v:.3f}" for a, v in predicted.items())
+            + ".",
+        ]
+    if poi:
+        names = list(aggregates)
+        lines += [
+            "",
+            "## Probability of improvement",
+            "",
+            "P(row > column): the probability that a run of the row's algorithm beats a run of the "
+            "column's on a random game, with its 95% CI.",
+            "",
+            "| | " + " | ".join(names) + " |",
+            "|" + "---|" * (len(names) + 1),
+        ]
+        for a in names:
+            cells = [
+                "—"
+                if a == b
+                else f"{poi[(a, b)].point:.3f} [{poi[(a, b)].lo:.3f}, {poi[(a, b)].hi:.3f}]"
+                for b in names
+            ]
+            lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    if verdicts:
+        lines += ["", "## What the intervals support", "", *(f"- {v}" for v in verdicts)]
+    notes = [*m.notes, *data.notes]
+    if notes:
+        lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
+    plots = [k for k in ("intervals", "profiles", "improvement", "sample_efficiency") if k in paths]
+    if plots:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{k}]({paths[k].name})" for k in plots]
+    return "\n".join(lines) + "\n"
