@@ -50,6 +50,7 @@ def connect(address: str = "auto") -> Any:
         ) from None
     if ray.is_initialized():
         return ray
+    _check_reachable(address)
     try:
         ray.init(
             address=address,
@@ -63,6 +64,21 @@ def connect(address: str = "auto") -> Any:
             f"no Ray cluster reachable at {address!r} ({first}); {START_HINT}"
         ) from None
     return ray
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse at once a ``HOST:PORT`` where nothing listens (Ray itself retries for minutes)."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise BenchError(
+            f"no Ray cluster reachable at {address!r} (nothing answers there: {e}); {START_HINT}"
+        ) from None
 
 
 def _ray_error(error: BaseException) -> str:
