@@ -9,6 +9,10 @@
     zoo compare RUN_DIR... [--reference SERIES] [--out DIR] [--record ours/NAME]
     zoo compare --list-series [PATTERN]
     zoo reproduce PRESET [--games G ...] [--seeds N] [--frames N] [--run-dir DIR]
+    zoo bench SUITE ALGORITHM|PRESET... [--seeds N] [--frames F] [--run-dir DIR] [--jobs N]
+              [--launcher local|ray] [--set KEY=VALUE ...] [--progress WHEN] ...
+    zoo bench report DIR [--suite S] [--out DIR]
+    zoo bench --list-suites
 
 Exit status: 0 done; 2 refused before anything was done or written (a spec error, printed one
 per line with file, entry, field path and problem; an invalid value; a run directory that is not
@@ -362,6 +366,99 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from zoo.bench.errors import BenchError
+    from zoo.run import RunError
+
+    if args.list_suites:
+        from zoo.bench.suites import format_suites
+
+        print(format_suites(), end="")
+        return 0
+    if args.suite is None:
+        print(
+            "zoo bench: name a suite and algorithms (zoo bench SUITE ALGO...), "
+            "report DIR, or --list-suites",
+            file=sys.stderr,
+        )
+        return EXIT_SPEC_ERROR
+    try:
+        if args.suite == "report":
+            return _bench_report(args)
+        if not args.algorithms:
+            print(
+                f"zoo bench: name the algorithms or presets to run on {args.suite} "
+                f"(zoo bench {args.suite} dqn preset:NAME ...; zoo list, zoo list presets)",
+                file=sys.stderr,
+            )
+            return EXIT_SPEC_ERROR
+        return _bench_run(args)
+    except BenchError as e:
+        print(f"zoo bench: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except RunError as e:
+        print(f"zoo bench: {e}", file=sys.stderr)
+        return 1
+
+
+def _bench_report(args: argparse.Namespace) -> int:
+    from zoo.bench.errors import BenchError
+    from zoo.bench.runner import write_report_for
+
+    if len(args.algorithms) != 1:
+        raise BenchError("zoo bench report takes one folder: zoo bench report DIR [--suite S]")
+    root = Path(args.algorithms[0])
+    if args.out is not None:
+        from zoo.bench.report import write_report
+
+        paths = write_report(root, out=args.out, suite=args.report_suite, reps=args.reps)
+    else:
+        paths = write_report_for(root, args.report_suite, reps=args.reps)
+    print(f"report: {paths['md']} ({', '.join(p.name for k, p in paths.items() if k != 'md')})")
+    return 0
+
+
+def _bench_run(args: argparse.Namespace) -> int:
+    from zoo.bench.runner import bench, summary
+
+    if args.out is not None or args.report_suite is not None:
+        print(
+            "zoo bench: --out and --suite belong to zoo bench report DIR; a bench writes its "
+            "report into --run-dir",
+            file=sys.stderr,
+        )
+        return EXIT_SPEC_ERROR
+    result = bench(
+        args.suite,
+        args.algorithms,
+        seeds=args.seeds,
+        frames=args.frames,
+        games=args.games,
+        run_dir=args.run_dir,
+        jobs=args.jobs,
+        launcher=args.launcher,
+        ray_address=args.ray_address,
+        overrides=spec.parse_overrides(args.set or []),
+        eval_episodes=args.eval_episodes,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
+        num_envs=args.num_envs,
+        loop=args.loop,
+        cpus_per_run=args.cpus_per_run,
+        gpus_per_run=args.gpus_per_run,
+        progress=args.progress,
+        reps=args.reps,
+        log=lambda line: print(line, flush=True),
+    )
+    print(summary(result))
+    if result.report:
+        paths = result.report
+        print(f"report: {paths['md']} ({', '.join(p.name for k, p in paths.items() if k != 'md')})")
+    if result.interrupted:
+        return 130
+    return 1 if result.failed else 0
+
+
 def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: a whole number in ``[low, high]`` (0 is never read as "default")."""
 
@@ -632,6 +729,82 @@ def _parser() -> argparse.ArgumentParser:
     )
     _progress_option(p)
     p.set_defaults(func=_cmd_reproduce)
+
+    p = sub.add_parser(
+        "bench",
+        help="run algorithms on a benchmark suite's games x seeds, then write its report",
+        description="Train each ALGORITHM (a catalogue entry, trained under the suite's "
+        "protocol) or PRESET (which must use the suite's protocol) on each of SUITE's games for "
+        "each seed into RUN_DIR/<algorithm>/<game>/seed<k> (finished runs reused, partial ones "
+        "resumed, as zoo reproduce), several at once within the cores and memory (or on a Ray "
+        "cluster), then write bench.md, bench.json and plots into RUN_DIR. "
+        "`zoo bench report DIR` writes the report of existing runs; "
+        "`zoo bench --list-suites` lists the suites.",
+    )
+    p.add_argument("suite", nargs="?", help="suite name (--list-suites), or: report")
+    p.add_argument(
+        "algorithms",
+        nargs="*",
+        metavar="ALGORITHM",
+        help="catalogue names, presets (preset:NAME) or files; after report: the folder",
+    )
+    p.add_argument("--list-suites", action="store_true", help="list the suites and exit")
+    p.add_argument("--seeds", type=_whole(1, 1000), default=1, help="seeds 0..N-1 (default 1)")
+    p.add_argument(
+        "--frames",
+        type=_COUNT,
+        help="budget per run in frames (agent steps = frames / frame skip); default: the suite's",
+    )
+    p.add_argument("--games", nargs="+", help="a subset of the suite's games (default: all)")
+    p.add_argument("--run-dir", default="bench", help="output folder (default ./bench)")
+    p.add_argument(
+        "--jobs",
+        type=_COUNT,
+        help="most runs at once (local launcher; default: as many as the cores and memory hold)",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        default="local",
+        help="local: child processes on this machine (default); ray: tasks on a running Ray "
+        "cluster (RUN_DIR on a filesystem every node shares)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default="auto",
+        help="the Ray cluster to join (default auto: the one this machine belongs to)",
+    )
+    p.add_argument("--cpus-per-run", type=_COUNT, default=1, help="CPU cores each run claims")
+    p.add_argument(
+        "--gpus-per-run",
+        type=_finite,
+        default=0.0,
+        help="GPUs each run claims on Ray (fractions share a GPU; default 0)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="dotted override for every new run, e.g. replay.capacity=400000",
+    )
+    p.add_argument("--eval-episodes", type=_COUNT, help="games per evaluation (default 10)")
+    p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
+    p.add_argument("--checkpoint-every", type=_COUNT, help="transitions between checkpoints")
+    p.add_argument("--num-envs", type=_NUM_ENVS, help="parallel environments of new runs")
+    p.add_argument(
+        "--loop", choices=["auto", "host", "compiled"], help="loop path of new runs (as zoo train)"
+    )
+    p.add_argument(
+        "--reps", type=_COUNT, default=50000, help="bootstrap resamples of the report's intervals"
+    )
+    p.add_argument(
+        "--suite",
+        dest="report_suite",
+        help="with report: the suite the runs belong to (its games and normalisation)",
+    )
+    p.add_argument("--out", help="with report: where the report goes (default: DIR)")
+    _progress_option(p)
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 

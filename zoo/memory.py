@@ -42,17 +42,26 @@ class MemoryPlan:
       replay_bytes: exact bytes the replay allocates (``Replay.nbytes()``).
       capacity: its capacity in transitions (``replay.capacity``).
       available: bytes available on this machine (default: read from ``/proc/meminfo``).
+      network_bytes: bytes of the learner state's parameters (online, target, optimizer
+        moments), counted in :attr:`peak` beside the replay (default 0).
     """
 
-    def __init__(self, replay_bytes: int, capacity: int, available: int | None = None):
+    def __init__(
+        self,
+        replay_bytes: int,
+        capacity: int,
+        available: int | None = None,
+        network_bytes: int = 0,
+    ):
         self.replay_bytes = int(replay_bytes)
         self.capacity = int(capacity)
+        self.network_bytes = int(network_bytes)
         self.available = available_memory() if available is None else int(available)
 
     @property
     def peak(self) -> int:
         """The run's planned peak resident memory in bytes."""
-        return self.replay_bytes + RUN_OVERHEAD
+        return self.replay_bytes + self.network_bytes + RUN_OVERHEAD
 
     @property
     def fits(self) -> bool:
@@ -65,7 +74,7 @@ class MemoryPlan:
         if self.available is None:
             return self.capacity
         per_transition = self.replay_bytes / max(self.capacity, 1)
-        room = SAFETY * self.available - RUN_OVERHEAD
+        room = SAFETY * self.available - RUN_OVERHEAD - self.network_bytes
         if room <= 0 or per_transition <= 0:
             return 0
         fit = int(min(room / per_transition, self.capacity))
@@ -81,7 +90,8 @@ class MemoryPlan:
         message = (
             f"{what} needs about {self.peak / gib:.1f} GiB of memory (its replay of "
             f"{self.capacity:,} transitions is {self.replay_bytes / gib:.2f} GiB, plus "
-            f"{RUN_OVERHEAD / gib:.1f} GiB for the rest of the run) but only "
+            f"{(RUN_OVERHEAD + self.network_bytes) / gib:.1f} GiB for the rest of the run) but "
+            "only "
             f"{(self.available or 0) / gib:.1f} GiB is available"
         )
         if fit <= 0:

@@ -1,12 +1,14 @@
 """``zoo reproduce``: run a preset under its protocol on games × seeds, then compare.
 
-Each (game, seed) trains into ``RUN_DIR/<preset>/<game>/seed<k>`` through :func:`zoo.run.train`:
+Each (game, seed) trains into ``RUN_DIR/<preset>/<game>/seed<k>`` through
+:func:`zoo.matrix.ensure_run` (shared with ``zoo bench``):
 
 - a run whose newest checkpoint has reached the budget is **reused** (not retrained);
 - a run with a checkpoint short of the budget is **resumed** from it (``train(resume=...)``);
 - a run without any checkpoint (killed before its first one) is started over, with its own
   spec and settings (``train(resume=..., restart=True)``, recorded in its history);
-- a folder holding a run of another preset, environment, protocol or seed is refused.
+- a folder holding a run of another preset, environment, protocol or seed is refused, before any
+  run trains.
 
 Then the runs are compared with the preset's reference series exactly as ``zoo compare`` does
 (:mod:`zoo.compare`), at the budget trained to, and ``comparison.md``, ``comparison.json`` and
@@ -22,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from zoo import compare as compare_lib
 from zoo import reference as ref_lib
 from zoo import spec as spec_lib
+from zoo.matrix import RunTarget, TargetError, check_target, ensure_run
 from zoo.rundir import safe_component
 
 __all__ = ["ReproduceError", "ReproduceResult", "game_env_id", "reproduce"]
@@ -77,36 +78,6 @@ def _frame_skip(protocol: str) -> int:
     return get_protocol(protocol).frame_skip
 
 
-def _run_state(run_dir: Path) -> int | None:
-    """The env steps of the newest complete checkpoint of ``run_dir``, or ``None``."""
-    ckpt = run_dir / "checkpoints"
-    if not ckpt.is_dir() or not any(ckpt.iterdir()):
-        return None
-    from zoo.checkpoint import Checkpointer
-
-    checkpointer = Checkpointer(ckpt)
-    try:
-        return checkpointer.latest_step()
-    finally:
-        checkpointer.close()
-
-
-def _check_same_run(run_dir: Path, expected: dict[str, Any]) -> None:
-    try:
-        settings = yaml.safe_load((run_dir / "run.yaml").read_text(encoding="utf-8"))
-        wrong = {k: (settings.get(k), v) for k, v in expected.items() if settings.get(k) != v}
-    except (OSError, ValueError, yaml.YAMLError, AttributeError) as e:
-        raise ReproduceError(
-            f"{run_dir} holds a run whose run.yaml is damaged ({e}); choose another --run-dir "
-            "or remove it"
-        ) from None
-    if wrong:
-        what = ", ".join(f"{k} {have!r} (expected {want!r})" for k, (have, want) in wrong.items())
-        raise ReproduceError(
-            f"{run_dir} holds another run: {what}; choose another --run-dir or remove it"
-        )
-
-
 def reproduce(
     preset: str,
     *,
@@ -149,8 +120,6 @@ def reproduce(
         run folder holds another run.
       zoo.reference.ProtocolMismatchError: ``reference`` has another protocol than the preset.
     """
-    from zoo.run import train
-
     if seeds < 1:
         raise ReproduceError(f"--seeds must be at least 1, not {seeds}")
     loaded = spec_lib.load_preset(preset)
@@ -179,6 +148,7 @@ def reproduce(
     env_ids = [game_env_id(g) for g in names]
     root = Path(run_dir)
     done: list[tuple[Path, str]] = []
+    targets: list[RunTarget] = []
     log(
         f"reproducing {loaded.name} ({protocol}) on {', '.join(env_ids)} × {seeds} seed(s) at "
         f"{steps:,} agent steps = {steps * skip:,} frames, in {root}"
@@ -188,46 +158,31 @@ def reproduce(
     for env_id in env_ids:
         folder = safe_component(env_id, fallback="env")
         for seed in range(seeds):
-            path = root / preset_folder / folder / f"seed{seed}"
-            is_run = (path / "run.yaml").is_file()
-            have = _run_state(path) if is_run else None
-            common = dict(
-                eval_every=eval_every,
-                checkpoint_every=checkpoint_every,
-                eval_episodes=eval_episodes,
-                progress=progress,
-                num_envs=num_envs,
-                loop=loop,
-            )
-            if is_run:
-                _check_same_run(
-                    path, {"preset": loaded.name, "env": env_id, "protocol": protocol, "seed": seed}
-                )
-            if have is not None and have >= steps:
-                status = f"reused (finished at {have:,} env steps)"
-            elif have is not None:
-                log(f"{path}: resuming from {have:,} env steps")
-                train(resume=path, total_env_steps=steps, progress=progress)
-                status = f"resumed from {have:,} env steps"
-            elif is_run:
-                # killed before its first checkpoint: the same run, started over explicitly
-                log(f"{path}: no checkpoint; restarting, {steps:,} env steps")
-                train(resume=path, restart=True, total_env_steps=steps, progress=progress)
-                status = "restarted (it had no checkpoint)"
-            else:
-                log(f"{path}: training {steps:,} env steps")
-                train(
-                    preset_ref,
-                    overrides=overrides,
+            targets.append(
+                RunTarget(
+                    path=root / preset_folder / folder / f"seed{seed}",
+                    algorithm=preset_ref,
                     env=env_id,
-                    total_env_steps=steps,
                     seed=seed,
-                    run_dir=path,
-                    **common,
+                    env_steps=steps,
+                    preset=loaded.name,
+                    protocol=protocol,
+                    overrides=overrides,
+                    eval_episodes=eval_episodes,
+                    eval_every=eval_every,
+                    checkpoint_every=checkpoint_every,
+                    num_envs=num_envs,
+                    loop=loop,
                 )
-                status = "trained"
-            log(f"{path}: {status}")
-            done.append((path, status))
+            )
+    try:
+        for target in targets:  # every folder checked before any run trains
+            check_target(target)
+        for target in targets:
+            outcome = ensure_run(target, progress=progress, log=log)
+            done.append((outcome.path, outcome.status))
+    except TargetError as e:
+        raise ReproduceError(str(e)) from None
     comparison = compare_lib.compare([p for p, _ in done], reference=reference, env_steps=steps)
     outputs = compare_lib.write_outputs(
         comparison, root, title=f"zoo reproduce {loaded.name} ({steps * skip:,} frames)"

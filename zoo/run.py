@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from zoo import rundir
 from zoo import spec as spec_lib
+from zoo.memory import MemoryPlan
 from zoo.rundir import RunDir, RunError, RunRefusedError, RunSettings, RunSettingsError
 from zoo.spec import AlgorithmSpec, SpecError
 
@@ -49,6 +50,7 @@ __all__ = [
     "RunSettings",
     "evaluate_run",
     "load_policy",
+    "plan_memory",
     "replay_for_env",
     "train",
 ]
@@ -951,6 +953,16 @@ def _default_protocol(env_id: str) -> str:
 def _preflight(spec: AlgorithmSpec, settings: RunSettings) -> None:
     """Check that a new run can be built before its directory is written: the replay's layout,
     and the memory its replay and learner state need (from shapes: nothing is allocated)."""
+    network_bytes, replay_bytes = _memory_needs(spec, settings, check=True)
+    _check_memory(replay_bytes, network_bytes, spec)
+
+
+def _memory_needs(
+    spec: AlgorithmSpec, settings: RunSettings, check: bool = False
+) -> tuple[int, int]:
+    """The bytes of the learner state's parameters and of the replay of a run, counted from
+    shapes (nothing is allocated); with ``check``, the network alone is checked against the
+    memory available before the replay is laid out."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -965,7 +977,8 @@ def _preflight(spec: AlgorithmSpec, settings: RunSettings) -> None:
         shape, dtype = probe.observation_shape, probe.observation_dtype
         stack, num_actions = probe.stack, probe.num_actions
     network_bytes = _network_bytes(spec, shape, num_actions)
-    _check_memory(0, network_bytes, spec)
+    if check:
+        _check_memory(0, network_bytes, spec)
     core = None
     if spec.recurrent:
         shapes = eqx.filter_eval_shape(
@@ -988,7 +1001,53 @@ def _preflight(spec: AlgorithmSpec, settings: RunSettings) -> None:
         )
     except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
         raise RunRefusedError(str(e)) from None
-    _check_memory(replay.nbytes(), network_bytes, spec)
+    return network_bytes, replay.nbytes()
+
+
+def plan_memory(
+    algorithm: str | os.PathLike[str] | AlgorithmSpec | None = None,
+    env: str | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    total_env_steps: int | None = None,
+    protocol: str | None = None,
+    num_envs: int | None = None,
+    resume: str | os.PathLike[str] | None = None,
+) -> MemoryPlan:
+    """The planned peak memory of a run, known before it starts (see :mod:`zoo.memory`).
+
+    Either the run :func:`train` would create with these arguments, or (``resume``) the run
+    recorded in that directory, with its own spec and settings. Nothing is built, allocated or
+    written: the replay and parameters are counted from shapes (one environment is opened to
+    read its observation).
+
+    Args:
+      algorithm, env, overrides, total_env_steps, protocol, num_envs: as :func:`train` takes them.
+      resume: a run directory: plan the run recorded there instead.
+
+    Returns:
+      A :class:`zoo.memory.MemoryPlan` whose ``peak`` counts the replay, the parameters (online,
+      target, optimizer moments) and :data:`zoo.memory.RUN_OVERHEAD`.
+
+    Raises:
+      SpecError, RunRefusedError: as :func:`train` refuses the same run.
+    """
+    with _environment_errors():
+        if resume is not None:
+            run_path = Path(resume)
+            settings = _read_settings(run_path)
+            created = rundir.creation_record(rundir.read_history(run_path))
+            spec = _recorded_spec(run_path, created, "plan")
+        else:
+            if algorithm is None:
+                raise RunRefusedError("name an algorithm or preset to plan, or a run directory")
+            given = {name: None for name in _FLAGS}
+            given.update(env=env, protocol=protocol, num_envs=num_envs)
+            check_count("total_env_steps", total_env_steps)
+            check_count("num_envs", num_envs)
+            spec, settings = _new_settings(algorithm, overrides, total_env_steps, given)
+        network_bytes, replay_bytes = _memory_needs(spec, settings)
+    return MemoryPlan(replay_bytes, spec.replay.capacity, network_bytes=network_bytes)
 
 
 def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):

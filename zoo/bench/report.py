@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from zoo import compare as compare_lib
 from zoo.bench import stats
 from zoo.bench.errors import BenchError
 from zoo.bench.published import published
 from zoo.bench.suites import Suite, get_suite
+from zoo.rundir import RunDir, RunSettingsError
 
 __all__ = ["BenchData", "BenchRun", "collect", "write_report"]
 
@@ -163,15 +163,14 @@ def _wall_seconds(path: Path) -> float | None:
 
 def _settings(path: Path) -> dict[str, Any]:
     try:
-        settings = yaml.safe_load((path / "run.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        return RunDir(path).settings().model_dump()
+    except RunSettingsError:
         return {}
-    return settings if isinstance(settings, dict) else {}
 
 
 def _read_run(algo: str, folder: str, seed: int, path: Path) -> BenchRun:
     run = BenchRun(algo=algo, game=folder, seed=seed, path=path, status="not started")
-    if not (path / "run.yaml").is_file():
+    if not RunDir(path).is_run():
         run.note = "no run.yaml: not started"
         return run
     settings = _settings(path)

@@ -1,0 +1,204 @@
+"""``zoo bench``'s running half: the matrix, the local executor's admission rule with real child
+processes, and ``zoo bench classic`` end to end with an interruption and a rerun.
+
+The end-to-end budgets (3,000 CartPole transitions) check bookkeeping, not learning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from zoo.bench.local import admit, run_local
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Fake:
+    """A job with made-up memory figures; its child process records when it ran."""
+
+    key: str
+    memory: int
+    cpus: int
+    log_path: Path
+    record: Path
+    seconds: float = 1.0
+    fail: bool = False
+
+    def run(self) -> str:
+        start = time.time()
+        time.sleep(self.seconds)
+        if self.fail:
+            raise RuntimeError(f"{self.key} broke on purpose")
+        self.record.write_text(json.dumps([start, time.time(), os.getpid()]))
+        return "ok"
+
+
+def test_admit_keeps_jobs_within_memory_cores_and_count():
+    @dataclass(frozen=True)
+    class J:
+        key: str
+        memory: int
+        cpus: int = 1
+
+    a, b, c, d = J("a", 5), J("b", 4), J("c", 3), J("d", 2)
+    # 5 + 4 > 8: b waits, c (3) fits beside a; d would make 10
+    assert admit([a, b, c, d], [], memory=8, cpus=8, jobs=4) == [a, c]
+    assert admit([b, c, d], [a], memory=8, cpus=8, jobs=4) == [c]
+    assert admit([a, b, c, d], [], memory=8, cpus=8, jobs=1) == [a]
+    assert admit([a, b, c, d], [], memory=None, cpus=2, jobs=4) == [a, b]
+    assert admit([J("w", 1, cpus=2)], [J("r", 1)], memory=None, cpus=2, jobs=4) == []
+    assert admit([a], [J("big", 8)], memory=8, cpus=8, jobs=4) == []
+
+
+def test_local_executor_never_exceeds_memory_or_jobs_with_real_children(tmp_path):
+    memories = [5, 4, 3, 3, 2, 4]
+    jobs = [
+        Fake(f"j{i}", m, 1, tmp_path / "logs" / f"j{i}.log", tmp_path / f"j{i}.json")
+        for i, m in enumerate(memories)
+    ]
+    broken = Fake("broken", 1, 1, tmp_path / "logs" / "broken.log", tmp_path / "b.json", 0.2, True)
+    stream = io.StringIO()
+    results = run_local([*jobs, broken], jobs=2, memory=8, cpus=4, progress="off", stream=stream)
+    by_key = {r.key: r for r in results}
+    assert {k: r.state for k, r in by_key.items()} == {
+        **{j.key: "done" for j in jobs},
+        "broken": "failed",
+    }
+    # a failure is reported with its error and log, and the others went on
+    assert by_key["broken"].message == "RuntimeError: broken broke on purpose"
+    assert by_key["broken"].log_path == broken.log_path
+    assert "Traceback" in broken.log_path.read_text()
+    assert f"FAILED broken: RuntimeError: broken broke on purpose (log: {broken.log_path})" in (
+        stream.getvalue()
+    )
+    # what the children recorded: separate processes, never more than 2 at once nor 8 units
+    spans = {j.key: json.loads(j.record.read_text()) for j in jobs}
+    assert len({pid for _, _, pid in spans.values()} | {os.getpid()}) == len(jobs) + 1
+    memory = {j.key: j.memory for j in jobs}
+    overlapped = False
+    for start, _, _ in spans.values():
+        alive = [k for k, (s, e, _) in spans.items() if s <= start < e]
+        assert len(alive) <= 2, alive
+        assert sum(memory[k] for k in alive) <= 8, alive
+        overlapped |= len(alive) == 2
+    assert overlapped  # it did run jobs side by side
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    from zoo import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_bench_refuses_bad_input_before_anything_runs(tmp_path):
+    root = tmp_path / "b"
+    cases = {
+        ("classicc", "dqn"): "unknown suite 'classicc'; did you mean 'classic'?",
+        ("classic", "dqn_nature"): "preset 'dqn_nature' runs under protocol 'nature_2015', not "
+        "the suite's 'classic'",
+        ("classic", "dqn", "--games", "Pong-v5"): "--games: Pong-v5 not in suite 'classic'",
+        ("classic", "dqn", "--frames", "3000"): "replay.min_size=20,000 is more than the budget",
+        ("classic", "c51", "preset:c51"): "preset 'c51' runs under protocol",
+        ("classic", "dqn", "dqn"): "dqn named twice",
+        ("classic",): "name the algorithms or presets to run on classic",
+    }
+    for args, message in cases.items():
+        code, out, err = run_cli("bench", *args, "--run-dir", str(root))
+        assert code == 2, (args, out, err)
+        assert message in err and "Traceback" not in err, (args, err)
+    assert not root.exists()
+    code, out, _ = run_cli("bench", "--list-suites")
+    assert code == 0 and "classic" in out and "atari100k" in out
+
+
+SUITE_ARGS = ["classic", "dqn_cartpole", "double_dqn_cartpole", "--games", "CartPole-v1"]
+FAST = ["--seeds", "2", "--frames", "3000", "--checkpoint-every", "500", "--eval-episodes", "2"]
+KEYS = [f"{a}/CartPole-v1/seed{s}" for a in ("dqn_cartpole", "double_dqn_cartpole") for s in (0, 1)]
+
+
+def _steps(run: Path) -> list[int]:
+    ckpt = run / "checkpoints"
+    return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.is_dir() else []
+
+
+def _snapshot(run: Path) -> dict[str, object]:
+    files = sorted(p for p in (run / "checkpoints").rglob("*") if p.is_file())
+    return {
+        "metrics": (run / "metrics.jsonl").read_text(),
+        "eval": (run / "eval.jsonl").read_text(),
+        "checkpoints": [(str(p.relative_to(run)), p.stat().st_mtime_ns) for p in files],
+    }
+
+
+def test_bench_classic_interrupted_then_rerun_reuses_resumes_and_reports(tmp_path):
+    """One run at a time until the first has finished and the second has a checkpoint, then
+    SIGINT to `zoo bench`: the second saves a checkpoint and stops, the last two never start.
+    The rerun (two at a time) reuses the first untouched, resumes the second, trains the others
+    and writes the report."""
+    root = tmp_path / "bench"
+    first, second = (root / k for k in KEYS[:2])
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from zoo.cli import main; sys.exit(main())",
+        "bench",
+        *SUITE_ARGS,
+        *FAST,
+        "--run-dir",
+        str(root),
+        "--jobs",
+        "1",
+        "--progress",
+        "off",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        deadline = time.time() + 300
+        while not (_steps(first)[-1:] == [3000] and _steps(second)):
+            assert process.poll() is None, process.stdout.read()
+            assert time.time() < deadline, "the first runs took too long"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, out
+    assert "interrupt: no new runs start" in out
+    assert f"interrupted {KEYS[1]}: interrupted at" in out
+    assert "interrupted: rerun the same command to resume" in out
+    stopped = _steps(second)[-1]
+    assert 0 < stopped < 3000
+    assert not (root / KEYS[2]).exists() and not (root / KEYS[3]).exists()
+    assert not (root / "bench.md").exists()
+    before = _snapshot(first)
+
+    code, out, err = run_cli("bench", *SUITE_ARGS, *FAST, "--run-dir", str(root), "--jobs", "2")
+    assert code == 0, out + err
+    assert f"{first}: reused (finished at 3,000 env steps)" in out
+    assert f"finished {KEYS[1]}: resumed from {stopped:,} env steps" in err
+    for key in KEYS[2:]:
+        assert f"finished {key}: trained" in err
+    assert "4 runs: 1 reused, 3 run to the budget, 0 failed, 0 not finished" in out
+    assert _snapshot(first) == before  # reused: not a file touched
+    for key in KEYS:
+        from zoo.metrics import read_jsonl
+
+        steps = [r["env_steps"] for r in read_jsonl(root / key / "metrics.jsonl")]
+        assert steps[-1] == 3000 and steps == sorted(set(steps))
+    assert "resuming from" in (root / "logs" / f"{KEYS[1]}.log").read_text()
+    report = json.loads((root / "bench.json").read_text())
+    assert (root / "bench.md").is_file() and f"report: {root / 'bench.md'}" in out
+    assert report  # the statistics are tests/test_bench_report.py's
