@@ -472,3 +472,42 @@ def test_recurrent_unroll_batches_with_vmap():
     assert h.shape == c.shape == (3, 6)
     single, _ = net.unroll(obs[1], net.initial_state())
     np.testing.assert_allclose(out.quantiles[1], single.quantiles, rtol=1e-5, atol=1e-6)
+
+
+def test_glorot_uniform_init_of_every_plain_layer_and_the_default_untouched():
+    """``network.init: glorot_uniform``: every Linear and Conv has U(±√(6/(fan_in+fan_out)))
+    weights (bound reached, variance ≈ bound²/3) and zero biases, as Flax's xavier_uniform with
+    its zero bias init; ``default`` draws exactly what it drew before the option existed."""
+    import zoo
+    from zoo.networks import build_network
+
+    def layers(net):
+        plain = (eqx.nn.Linear, eqx.nn.Conv)
+        leaves = jax.tree_util.tree_leaves(net, is_leaf=lambda x: isinstance(x, plain))
+        return [x for x in leaves if isinstance(x, plain)]
+
+    key = jax.random.PRNGKey(3)
+    glorot = zoo.load_algorithm("dqn", overrides={"network.init": "glorot_uniform"})
+    net = build_network(glorot, (4, 84, 84), 18, key=key)
+    shapes = [tuple(x.weight.shape) for x in layers(net)]
+    assert shapes == [(32, 4, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3), (512, 3136), (18, 512)]
+    for layer in layers(net):
+        w = np.asarray(layer.weight)
+        window = int(np.prod(w.shape[2:]))
+        bound = np.sqrt(6.0 / (w.shape[1] * window + w.shape[0] * window))
+        assert np.abs(w).max() <= bound and np.abs(w).max() > 0.99 * bound
+        assert abs(w.var() / (bound**2 / 3) - 1) < 0.05
+        assert not np.asarray(layer.bias).any()
+    # the default: Equinox's U(±1/√fan_in) weights and biases, the same draw as without the field
+    default = build_network(zoo.load_algorithm("dqn"), (4, 84, 84), 18, key=key)
+    explicit = build_network(
+        zoo.load_algorithm("dqn", overrides={"network.init": "default"}), (4, 84, 84), 18, key=key
+    )
+    for a, b in zip(layers(default), layers(explicit), strict=True):
+        assert np.array_equal(a.weight, b.weight) and np.array_equal(a.bias, b.bias)
+    first = np.asarray(layers(default)[3].weight)  # the 3136 → 512 layer
+    assert np.abs(first).max() <= 1 / np.sqrt(3136) and np.asarray(layers(default)[3].bias).any()
+    # noisy layers keep their own initialisation
+    noisy = zoo.load_algorithm("rainbow", overrides={"network.init": "glorot_uniform"})
+    net = build_network(noisy, (4, 84, 84), 6, key=key)
+    assert [tuple(x.weight.shape) for x in layers(net)][:3] == shapes[:3]

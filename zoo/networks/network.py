@@ -30,6 +30,7 @@ from zoo import registry
 from zoo.networks.cores import AbstractCore
 from zoo.networks.heads import AbstractHead
 from zoo.networks.layers import MLP
+from zoo.networks.torsos import glorot_uniform
 from zoo.types import NetworkOutput
 
 __all__ = [
@@ -38,8 +39,11 @@ __all__ = [
     "RecurrentNetwork",
     "SingleStream",
     "build_network",
+    "glorot_uniform_everywhere",
     "preprocess",
 ]
+
+M = typing.TypeVar("M")
 
 
 def preprocess(observation: Array) -> Float[Array, "*dims"]:
@@ -284,6 +288,29 @@ def build_network(
         sigma0=float(config.noisy_sigma0),
         key=stream_key,
     )
-    if core is None:
-        return FeedForwardNetwork(torso, streams, head)
-    return RecurrentNetwork(torso, core, streams, head)
+    network = (
+        FeedForwardNetwork(torso, streams, head)
+        if core is None
+        else RecurrentNetwork(torso, core, streams, head)
+    )
+    if getattr(config, "init", "default") == "glorot_uniform":
+        # a key of its own: the default initialisation draws exactly what it drew before
+        network = glorot_uniform_everywhere(network, jax.random.fold_in(key, 1))
+    return network
+
+
+def _plain_layer(x: Any) -> bool:
+    return isinstance(x, eqx.nn.Linear | eqx.nn.Conv)
+
+
+def glorot_uniform_everywhere(module: M, key: PRNGKeyArray) -> M:
+    """``module`` with every ``eqx.nn.Linear`` and ``eqx.nn.Conv`` in it re-initialised by
+    :func:`zoo.networks.torsos.glorot_uniform` (Glorot-uniform weights, zero biases), each with
+    its own key; other layers (noisy layers, LSTM cells) are left as they are."""
+    layers = [x for x in jax.tree_util.tree_leaves(module, is_leaf=_plain_layer) if _plain_layer(x)]
+    keys = iter(jax.random.split(key, max(len(layers), 1)))
+    return jax.tree_util.tree_map(
+        lambda x: glorot_uniform(x, next(keys)) if _plain_layer(x) else x,
+        module,
+        is_leaf=_plain_layer,
+    )

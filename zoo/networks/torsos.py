@@ -162,19 +162,25 @@ class MinAtarCNN(eqx.Module):
         return jnp.ravel(jax.nn.relu(self.conv(x)))
 
 
-def glorot_uniform_conv(conv: eqx.nn.Conv2d, key: PRNGKeyArray) -> eqx.nn.Conv2d:
-    """``conv`` with weights ``variance_scaling(1, fan_avg, uniform)`` (Glorot & Bengio 2010) and
-    zero bias, Flax's ``nn.Conv`` with the ``kernel_init`` the Revisiting Rainbow configs pass.
+#: The layers :func:`glorot_uniform` initialises.
+GlorotLayer = typing.TypeVar("GlorotLayer", eqx.nn.Linear, eqx.nn.Conv)
 
-    Equinox stores the kernel as ``[out, in, kh, kw]``: fan_in = in·kh·kw, fan_out = out·kh·kw,
-    and the weights are ``U(±sqrt(6 / (fan_in + fan_out)))``.
+
+def glorot_uniform(layer: GlorotLayer, key: PRNGKeyArray) -> GlorotLayer:
+    """``layer`` (an ``eqx.nn.Linear`` or ``eqx.nn.Conv``) with weights
+    ``variance_scaling(1, fan_avg, uniform)`` (Glorot & Bengio 2010) and zero bias: Flax's
+    ``xavier_uniform`` kernel init with its zero bias init, as Dopamine's JAX networks and the
+    Revisiting Rainbow configs use them.
+
+    Equinox stores a kernel as ``[out, in, *window]``: fan_in = in·∏window, fan_out =
+    out·∏window, and the weights are ``U(±sqrt(6 / (fan_in + fan_out)))``.
     """
     init = jax.nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=1, out_axis=0)
-    weight = init(key, conv.weight.shape, conv.weight.dtype)
-    conv = eqx.tree_at(lambda c: c.weight, conv, weight)
-    if conv.bias is not None:
-        conv = eqx.tree_at(lambda c: c.bias, conv, jnp.zeros_like(conv.bias))
-    return conv
+    weight = init(key, layer.weight.shape, layer.weight.dtype)
+    layer = eqx.tree_at(lambda c: c.weight, layer, weight)
+    if layer.bias is not None:
+        layer = eqx.tree_at(lambda c: c.bias, layer, jnp.zeros_like(layer.bias))
+    return layer
 
 
 def _check_image(observation_shape: tuple[int, ...], name: str) -> None:
@@ -252,7 +258,7 @@ def minatar_cnn_torso(
         key=conv_key,
     )
     if config.init == "glorot_uniform":
-        conv = glorot_uniform_conv(conv, init_key)
+        conv = glorot_uniform(conv, init_key)
     return MinAtarCNN(conv)
 
 

@@ -185,6 +185,13 @@ class NetworkSpec(Model):
         "the agent then acts greedily",
     )
     noisy_sigma0: float = Field(0.5, gt=0, description="σ₀ of noisy layers: σ = σ₀/√fan_in")
+    init: Literal["default", "glorot_uniform"] = Field(
+        "default",
+        description="initialisation of every plain dense and convolution layer: default = "
+        "Equinox's U(±1/√fan_in) for weights and biases (PyTorch's, dqn_zoo's) | glorot_uniform "
+        "= U(±√(6/(fan_in + fan_out))) weights and zero biases (Flax's xavier_uniform, "
+        "Dopamine's JAX networks); noisy layers and LSTM cores keep their own",
+    )
     core: _Core | None = Field(
         None, description="null (feed-forward) | {kind: lstm, size}; needs replay.sequence"
     )
