@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import ValidationError
@@ -48,6 +48,7 @@ __all__ = [
     "RunRefusedError",
     "RunResult",
     "RunSettings",
+    "TrainRequest",
     "evaluate_run",
     "load_policy",
     "plan_memory",
@@ -264,32 +265,83 @@ def check_count(name: str, value: Any) -> int | None:
     return value
 
 
-def _check_arguments(arguments: Mapping[str, Any]) -> None:
-    for name in _COUNTS:
-        check_count(name, arguments[name])
-    target = arguments["stop_at_return"]
-    if target is not None and (
-        isinstance(target, bool)
-        or not isinstance(target, numbers.Real)
-        or not math.isfinite(float(target))
-    ):
-        raise RunRefusedError(f"--stop-at-return must be a finite number, got {target!r}")
-    if arguments["loop"] not in (None, "auto", "host", "compiled"):
-        raise RunRefusedError(f"--loop must be auto, host or compiled, got {arguments['loop']!r}")
-    if arguments["restart"] and arguments["resume"] is None:
-        raise RunRefusedError(
-            "--restart starts a run over in its own directory: use it with --resume RUN_DIR"
-        )
-    resume, run_dir = arguments["resume"], arguments["run_dir"]
-    if (
-        resume is not None
-        and run_dir is not None
-        and Path(run_dir).absolute() != Path(resume).absolute()
-    ):
-        raise RunRefusedError(
-            "--run-dir and --resume name different directories; a resumed run stays in "
-            "its own directory (omit --run-dir)"
-        )
+@dataclass(frozen=True)
+class TrainRequest:
+    """What :func:`train` was asked, as one value: the algorithm, where the run goes, and the
+    settings given. ``None`` means "not given" for every setting (filled in from the preset or
+    the defaults for a new run; a resumed run keeps its own and refuses another)."""
+
+    algorithm: str | os.PathLike[str] | AlgorithmSpec | None = None
+    env: str | None = None
+    total_env_steps: int | None = None
+    seed: int | None = None
+    overrides: Mapping[str, Any] | None = None
+    run_dir: str | os.PathLike[str] | None = None
+    resume: str | os.PathLike[str] | None = None
+    restart: bool = False
+    num_envs: int | None = None
+    protocol: str | None = None
+    eval_every: int | None = None
+    eval_episodes: int | None = None
+    eval_max_steps: int | None = None
+    checkpoint_every: int | None = None
+    log_every: int | None = None
+    save_replay: bool | None = None
+    stop_at_return: float | None = None
+    loop: str | None = None
+    progress: bool = True
+    on_start: Callable[[Path], None] | None = None
+
+    #: The fields that are settings of the run (``run.yaml``), given or not.
+    SETTINGS: ClassVar[tuple[str, ...]] = (
+        "env",
+        "protocol",
+        "seed",
+        "num_envs",
+        "eval_every",
+        "eval_episodes",
+        "eval_max_steps",
+        "checkpoint_every",
+        "log_every",
+        "save_replay",
+        "stop_at_return",
+        "loop",
+    )
+
+    def given(self) -> dict[str, Any]:
+        """The run settings as asked (``None`` where not given)."""
+        return {name: getattr(self, name) for name in self.SETTINGS}
+
+    def check(self) -> None:
+        """Refuse values no run can take, before anything is built or written.
+
+        Raises:
+          RunRefusedError: naming the flag and the allowed range.
+        """
+        for name in _COUNTS:
+            check_count(name, getattr(self, name))
+        target = self.stop_at_return
+        if target is not None and (
+            isinstance(target, bool)
+            or not isinstance(target, numbers.Real)
+            or not math.isfinite(float(target))
+        ):
+            raise RunRefusedError(f"--stop-at-return must be a finite number, got {target!r}")
+        if self.loop not in (None, "auto", "host", "compiled"):
+            raise RunRefusedError(f"--loop must be auto, host or compiled, got {self.loop!r}")
+        if self.restart and self.resume is None:
+            raise RunRefusedError(
+                "--restart starts a run over in its own directory: use it with --resume RUN_DIR"
+            )
+        if (
+            self.resume is not None
+            and self.run_dir is not None
+            and Path(self.run_dir).absolute() != Path(self.resume).absolute()
+        ):
+            raise RunRefusedError(
+                "--run-dir and --resume name different directories; a resumed run stays in "
+                "its own directory (omit --run-dir)"
+            )
 
 
 def train(
@@ -357,9 +409,31 @@ def train(
         below ``replay.min_size``, a network or replay that cannot fit in memory).
       RunError: the run failed (a non-finite loss, a full disk, no intact checkpoint).
     """
-    _check_arguments(locals())
+    request = TrainRequest(
+        algorithm=algorithm,
+        env=env,
+        total_env_steps=total_env_steps,
+        seed=seed,
+        overrides=overrides,
+        run_dir=run_dir,
+        resume=resume,
+        restart=restart,
+        num_envs=num_envs,
+        protocol=protocol,
+        eval_every=eval_every,
+        eval_episodes=eval_episodes,
+        eval_max_steps=eval_max_steps,
+        checkpoint_every=checkpoint_every,
+        log_every=log_every,
+        save_replay=save_replay,
+        stop_at_return=stop_at_return,
+        loop=loop,
+        progress=progress,
+        on_start=on_start,
+    )
+    request.check()
     with _environment_errors():
-        return _train(**locals())
+        return _train(request)
 
 
 @contextlib.contextmanager
@@ -383,55 +457,25 @@ def _say(message: str) -> None:
     print(f"zoo: {message}", file=sys.stderr, flush=True)
 
 
-def _train(
-    algorithm: Any,
-    env: str | None,
-    total_env_steps: int | None,
-    seed: int | None,
-    *,
-    overrides: Mapping[str, Any] | None,
-    run_dir: Any,
-    resume: Any,
-    restart: bool,
-    num_envs: int | None,
-    protocol: str | None,
-    eval_every: int | None,
-    eval_episodes: int | None,
-    eval_max_steps: int | None,
-    checkpoint_every: int | None,
-    log_every: int | None,
-    save_replay: bool | None,
-    stop_at_return: float | None,
-    loop: str | None,
-    progress: bool,
-    on_start: Callable[[Path], None] | None,
-) -> RunResult:
-    """:func:`train`'s body (arguments as documented there)."""
+def _train(request: TrainRequest) -> RunResult:
+    """:func:`train`'s body."""
     from zoo.envs import make
 
-    given = {
-        "env": env,
-        "protocol": protocol,
-        "seed": seed,
-        "num_envs": num_envs,
-        "eval_every": eval_every,
-        "eval_episodes": eval_episodes,
-        "eval_max_steps": eval_max_steps,
-        "checkpoint_every": checkpoint_every,
-        "log_every": log_every,
-        "save_replay": save_replay,
-        "stop_at_return": stop_at_return,
-        "loop": loop,
-    }
-    if resume is not None:
-        run_path = Path(resume)
+    given = request.given()
+    algorithm, overrides, total_env_steps = (
+        request.algorithm,
+        request.overrides,
+        request.total_env_steps,
+    )
+    if request.resume is not None:
+        run_path = Path(request.resume)
         lock = _lock_run_to_resume(run_path)
         try:
             spec, settings, previous_total = _resumable(
                 run_path, algorithm, overrides, total_env_steps, given
             )
             mode = "resume"
-            if restart:
+            if request.restart:
                 _restart(run_path, settings)
                 mode = "restart"
             elif (done := _already_finished(run_path, settings)) is not None:
@@ -457,15 +501,15 @@ def _train(
             )
         spec, settings = _new_settings(algorithm, overrides, total_env_steps, given)
         _preflight(spec, settings)
-        run_path, lock = _create_run_dir(run_dir, spec, settings)
+        run_path, lock = _create_run_dir(request.run_dir, spec, settings)
         mode, previous_total = "new", None
 
     try:
         if mode != "resume":
             _note_capacity(spec, settings)
             _note_exploration(spec, settings)
-        if on_start is not None:
-            on_start(run_path)
+        if request.on_start is not None:
+            request.on_start(run_path)
         env_obj = make(
             settings.env,
             protocol=settings.protocol,
@@ -474,7 +518,7 @@ def _train(
             training=True,
         )
         try:
-            result = _run(spec, settings, env_obj, run_path, mode, progress, previous_total)
+            result = _run(spec, settings, env_obj, run_path, mode, request.progress, previous_total)
         finally:
             env_obj.close()
         rundir.append_history(
