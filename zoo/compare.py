@@ -123,10 +123,10 @@ def find_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Run directories among ``paths``: each path itself, or the runs found below it."""
     found: list[Path] = []
     for p in map(Path, paths):
-        if (p / "run.yaml").is_file():
+        if RunDir(p).is_run():
             found.append(p)
         elif p.is_dir():
-            below = sorted(q.parent for q in p.rglob("run.yaml"))
+            below = sorted(q.parent for q in p.rglob(RunDir.SETTINGS))
             if not below:
                 raise CompareError(f"{p} holds no zoo run directory (no run.yaml below it)")
             found.extend(below)
@@ -656,7 +656,7 @@ def default_out_dir(run_dirs: Sequence[Path], cwd: Path | None = None) -> Path:
         common = Path(os.path.commonpath([str(p) for p in resolved]))
     except ValueError:
         return fallback
-    if common in resolved or (common / "run.yaml").is_file():
+    if common in resolved or RunDir(common).is_run():
         common = common.parent
     return common if common.is_relative_to(here) else fallback
 

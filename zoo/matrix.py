@@ -15,14 +15,22 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zoo.rundir import RunDir, RunSettingsError
+from zoo.rundir import RunDir, RunSettingsError, safe_component
 
-__all__ = ["RunOutcome", "RunTarget", "TargetError", "check_target", "ensure_run", "run_state"]
+__all__ = [
+    "RunOutcome",
+    "RunTarget",
+    "TargetError",
+    "check_target",
+    "ensure_run",
+    "run_state",
+    "run_targets",
+]
 
 
 class TargetError(ValueError):
@@ -72,6 +80,34 @@ class RunTarget:
         if self.protocol is not None:
             where["protocol"] = self.protocol
         return {**who, **where}
+
+
+def run_targets(
+    root: str | os.PathLike[str],
+    folder: str,
+    algorithm: str,
+    envs: Sequence[str],
+    seeds: int,
+    env_steps: int,
+    **settings: Any,
+) -> list[RunTarget]:
+    """The targets ``ROOT/<folder>/<env>/seed<k>`` of one algorithm over ``envs`` × seeds
+    ``0 .. seeds-1`` (environment-major), with the same ``settings`` (the other fields of
+    :class:`RunTarget`); environment ids become folder names through
+    :func:`zoo.rundir.safe_component`."""
+    base = Path(root) / folder
+    return [
+        RunTarget(
+            path=base / safe_component(env, fallback="env") / f"seed{seed}",
+            algorithm=algorithm,
+            env=env,
+            seed=seed,
+            env_steps=env_steps,
+            **settings,
+        )
+        for env in envs
+        for seed in range(seeds)
+    ]
 
 
 @dataclass

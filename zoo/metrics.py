@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from zoo.rundir import read_jsonl
+from zoo.rundir import RunDir, read_jsonl
 
 __all__ = [
     "PROGRESS_VARIABLE",
@@ -95,11 +95,12 @@ class MetricsLogger:
         tensorboard: bool = True,
     ):
         self.run_dir = Path(run_dir)
+        run = RunDir(self.run_dir)
         if resume_from is not None:
-            truncate_jsonl(self.run_dir / "metrics.jsonl", resume_from)
-            truncate_jsonl(self.run_dir / "eval.jsonl", resume_from)
-        self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
-        self.evals = JsonlWriter(self.run_dir / "eval.jsonl")
+            truncate_jsonl(run.metrics_file, resume_from)
+            truncate_jsonl(run.evals_file, resume_from)
+        self.metrics = JsonlWriter(run.metrics_file)
+        self.evals = JsonlWriter(run.evals_file)
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter

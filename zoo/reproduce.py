@@ -27,7 +27,7 @@ from typing import Any
 from zoo import compare as compare_lib
 from zoo import reference as ref_lib
 from zoo import spec as spec_lib
-from zoo.matrix import RunTarget, TargetError, check_target, ensure_run
+from zoo.matrix import TargetError, check_target, ensure_run, run_targets
 from zoo.rundir import safe_component
 
 __all__ = ["ReproduceError", "ReproduceResult", "game_env_id", "reproduce"]
@@ -148,33 +148,27 @@ def reproduce(
     env_ids = [game_env_id(g) for g in names]
     root = Path(run_dir)
     done: list[tuple[Path, str]] = []
-    targets: list[RunTarget] = []
     log(
         f"reproducing {loaded.name} ({protocol}) on {', '.join(env_ids)} × {seeds} seed(s) at "
         f"{steps:,} agent steps = {steps * skip:,} frames, in {root}"
     )
     # names from files become path components only once made harmless (no separators, no ..)
-    preset_folder = safe_component(loaded.name, fallback="preset")
-    for env_id in env_ids:
-        folder = safe_component(env_id, fallback="env")
-        for seed in range(seeds):
-            targets.append(
-                RunTarget(
-                    path=root / preset_folder / folder / f"seed{seed}",
-                    algorithm=preset_ref,
-                    env=env_id,
-                    seed=seed,
-                    env_steps=steps,
-                    preset=loaded.name,
-                    protocol=protocol,
-                    overrides=overrides,
-                    eval_episodes=eval_episodes,
-                    eval_every=eval_every,
-                    checkpoint_every=checkpoint_every,
-                    num_envs=num_envs,
-                    loop=loop,
-                )
-            )
+    targets = run_targets(
+        root,
+        safe_component(loaded.name, fallback="preset"),
+        preset_ref,
+        env_ids,
+        seeds,
+        steps,
+        preset=loaded.name,
+        protocol=protocol,
+        overrides=overrides,
+        eval_episodes=eval_episodes,
+        eval_every=eval_every,
+        checkpoint_every=checkpoint_every,
+        num_envs=num_envs,
+        loop=loop,
+    )
     try:
         for target in targets:  # every folder checked before any run trains
             check_target(target)

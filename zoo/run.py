@@ -547,7 +547,9 @@ def _already_finished(run_path: Path, settings: RunSettings) -> RunResult | None
     if not steps or steps[-1] < settings.total_env_steps:
         return None
     step = steps[-1]
-    records = [r for r in read_jsonl(run_path / "metrics.jsonl") if r.get("env_steps", 0) <= step]
+    records = [
+        r for r in read_jsonl(RunDir(run_path).metrics_file) if r.get("env_steps", 0) <= step
+    ]
     _say(
         f"{run_path} is already finished: its checkpoint at env step {step:,} has reached the "
         f"budget of {settings.total_env_steps:,}; nothing to train. Train it further with: "
@@ -559,7 +561,7 @@ def _already_finished(run_path: Path, settings: RunSettings) -> RunResult | None
         env_steps=step,
         updates=int(records[-1]["updates"]) if records else 0,
         evaluations=[
-            e for e in read_jsonl(run_path / "eval.jsonl") if e.get("env_steps", 0) <= step
+            e for e in read_jsonl(RunDir(run_path).evals_file) if e.get("env_steps", 0) <= step
         ],
     )
 
@@ -688,7 +690,7 @@ def _default_run_dir(spec: AlgorithmSpec, settings: RunSettings) -> Path:
 
 def _checkpoint_steps(run_path: Path) -> list[int]:
     """Steps of the checkpoint folders on disk (complete or not), read without Orbax."""
-    folder = run_path / "checkpoints"
+    folder = RunDir(run_path).checkpoints
     if not folder.is_dir():
         return []
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
@@ -696,16 +698,16 @@ def _checkpoint_steps(run_path: Path) -> list[int]:
 
 def _describe_run(run_path: Path) -> str:
     try:
-        settings = yaml.safe_load((run_path / "run.yaml").read_text(encoding="utf-8"))
-        return f"{settings['algorithm']} on {settings['env']}, seed {settings['seed']}"
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        settings = RunDir(run_path).settings()
+    except RunSettingsError:
         return "a zoo run"
+    return f"{settings.algorithm} on {settings.env}, seed {settings.seed}"
 
 
 def _last_record_step(run_path: Path) -> int | None:
     from zoo.metrics import read_jsonl
 
-    records = read_jsonl(run_path / "metrics.jsonl")
+    records = read_jsonl(RunDir(run_path).metrics_file)
     return int(records[-1]["env_steps"]) if records else None
 
 
@@ -780,26 +782,37 @@ def _create_run_dir(
     return path, lock
 
 
+def _write_settings(run: RunDir, settings: RunSettings) -> None:
+    """``run.yaml``."""
+    _write_text(
+        run.settings_file, yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
+    )
+
+
+def _write_provenance(run: RunDir, settings: RunSettings) -> None:
+    """``provenance.json``: versions, commit, machine and the protocol's settings."""
+    from zoo.envs import get_protocol
+
+    _write_text(
+        run.provenance_file,
+        json.dumps(_provenance(settings, get_protocol(settings.protocol)), indent=2),
+    )
+
+
 def _write_new_run(path: Path, spec: AlgorithmSpec, settings: RunSettings) -> None:
     """spec.yaml, provenance.json and the creation record, then run.yaml (which makes the
     directory a run)."""
-    from zoo.envs import get_protocol
-
     spec_text = _spec_yaml(spec)
     try:
-        _write_text(path / "spec.yaml", spec_text)
-        _write_text(
-            path / "provenance.json",
-            json.dumps(_provenance(settings, get_protocol(settings.protocol)), indent=2),
-        )
+        run = RunDir(path)
+        _write_text(run.spec_file, spec_text)
+        _write_provenance(run, settings)
         rundir.append_history(
             path,
             "created",
             **rundir.creation_fields(spec_text, _spec_dump(spec), settings.model_dump(mode="json")),
         )
-        _write_text(
-            path / "run.yaml", yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
-        )
+        _write_settings(run, settings)
     except OSError as e:
         raise RunError(f"cannot write the run directory {path}: {e.strerror or e}") from None
 
@@ -868,7 +881,7 @@ def _resumable(
 
 def _recorded_spec(run_path: Path, created: Mapping[str, Any] | None, action: str) -> AlgorithmSpec:
     """The run's spec from its spec.yaml, refused if it was edited since the run was created."""
-    spec_path = run_path / "spec.yaml"
+    spec_path = RunDir(run_path).spec_file
     try:
         spec_text = spec_path.read_text(encoding="utf-8")
     except OSError as e:
@@ -954,8 +967,6 @@ def _restart(run_path: Path, settings: RunSettings) -> None:
     """Start a run that has no checkpoint over: discard its records (only), record it."""
     import shutil
 
-    from zoo.envs import get_protocol
-
     steps = _checkpoint_steps(run_path)
     if steps:
         raise RunRefusedError(
@@ -972,19 +983,15 @@ def _restart(run_path: Path, settings: RunSettings) -> None:
         total_env_steps=settings.total_env_steps,
         command=list(sys.argv),
     )
-    for name in ("metrics.jsonl", "eval.jsonl", "tb", "checkpoints"):
+    for name in (RunDir.METRICS, RunDir.EVALS, "tb", RunDir.CHECKPOINTS):
         target = run_path / name
         if target.is_dir():
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
-    _write_text(
-        run_path / "run.yaml", yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
-    )
-    _write_text(
-        run_path / "provenance.json",
-        json.dumps(_provenance(settings, get_protocol(settings.protocol)), indent=2),
-    )
+    run = RunDir(run_path)
+    _write_settings(run, settings)
+    _write_provenance(run, settings)
     _say(f"restarting {run_path} from scratch (it had no checkpoint)")
 
 
@@ -1177,7 +1184,7 @@ def _run(
 
     loop_path = _loop_path(settings.loop, env_obj)
     try:
-        checkpointer = Checkpointer(run_path / "checkpoints")
+        checkpointer = Checkpointer(RunDir(run_path).checkpoints)
     except CheckpointError as e:
         raise RunError(str(e)) from None
     try:
@@ -1217,7 +1224,7 @@ def _run(
         run_dir=run_path,
         env_steps=int(carry.env_steps),
         updates=int(carry.learner.updates),
-        evaluations=read_jsonl(run_path / "eval.jsonl"),
+        evaluations=read_jsonl(RunDir(run_path).evals_file),
         interrupted=trainer.stopped_by_signal,
     )
 
@@ -1292,7 +1299,7 @@ def _set_aside(run_path: Path, steps: list[int], checkpointer: Any) -> None:
     aside = run_path / "damaged-checkpoints"
     aside.mkdir(exist_ok=True)
     for step in steps:
-        source = run_path / "checkpoints" / str(step)
+        source = RunDir(run_path).checkpoints / str(step)
         if source.exists():
             target = aside / str(step)
             n = 1
@@ -1315,7 +1322,7 @@ def _record_resume(
     history = rundir.read_history(run_path)
     if rundir.creation_record(history) is None:
         # a run from before histories: what it holds now is what later resumes are held to
-        spec_text = (run_path / "spec.yaml").read_text(encoding="utf-8")
+        spec_text = RunDir(run_path).spec_file.read_text(encoding="utf-8")
         recorded = settings.model_dump(mode="json")
         if previous_total is not None:
             recorded["total_env_steps"] = previous_total
@@ -1329,7 +1336,7 @@ def _record_resume(
     if previous_total is not None:
         fields["budget_changed_from"] = previous_total
         _write_text(
-            run_path / "run.yaml",
+            RunDir(run_path).settings_file,
             yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False),
         )
     if skipped:
@@ -1545,7 +1552,7 @@ def load_policy(run_dir: str | os.PathLike[str], *, step: int | None = None) -> 
         spec, observation_shape=shape, num_actions=num_actions, key=jax.random.PRNGKey(0)
     )
     learner_state = Learner(spec).init(network, jax.random.PRNGKey(0))
-    checkpointer = Checkpointer(run_path / "checkpoints")
+    checkpointer = Checkpointer(RunDir(run_path).checkpoints)
     try:
         restored, _ = _restore_learner(checkpointer, learner_state, step, run_path)
     finally:
@@ -1597,7 +1604,7 @@ def evaluate_run(
     run_path = Path(run_dir)
     policy = load_policy(run_path, step=step)
     settings = _read_settings(run_path)
-    spec = spec_lib.load_algorithm(run_path / "spec.yaml")
+    spec = spec_lib.load_algorithm(RunDir(run_path).spec_file)
     shown = EvaluationProgress(f"zoo eval {run_path}") if progress else None
     result = evaluate(
         policy,

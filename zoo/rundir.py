@@ -381,9 +381,6 @@ class RunDir:
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    def __truediv__(self, name: str) -> Path:
-        return self.path / name
-
     @property
     def spec_file(self) -> Path:
         """``spec.yaml``."""

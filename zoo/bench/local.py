@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
 
 from zoo.metrics import ProgressMode, format_duration
+from zoo.rundir import RunDir
 
 __all__ = [
     "Job",
@@ -226,7 +227,7 @@ def _last_env_steps(run_dir: Path) -> int | None:
     """The env steps of the last record in ``run_dir/metrics.jsonl`` (its tail only)."""
     import json
 
-    path = run_dir / "metrics.jsonl"
+    path = RunDir(run_dir).metrics_file
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)

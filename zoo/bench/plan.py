@@ -26,7 +26,7 @@ from typing import Any
 from zoo import spec as spec_lib
 from zoo.bench.errors import BenchError
 from zoo.bench.suites import Suite
-from zoo.matrix import RunOutcome, RunTarget, TargetError, check_target, ensure_run
+from zoo.matrix import RunOutcome, RunTarget, TargetError, check_target, ensure_run, run_targets
 from zoo.rundir import RunDir, safe_component
 
 __all__ = ["BenchTask", "plan_bench"]
@@ -173,51 +173,50 @@ def plan_bench(
     tasks: list[BenchTask] = []
     planned: dict[tuple[str, str], int] = {}
     for train_ref, folder, preset in identified.values():
-        for game in chosen:
-            game_folder = safe_component(game, fallback="env")
-            for seed in range(seeds):
-                key = f"{folder}/{game_folder}/seed{seed}"
-                target = RunTarget(
-                    path=root / key,
-                    algorithm=train_ref,
-                    env=game,
-                    seed=seed,
-                    env_steps=steps,
-                    preset=preset,
-                    protocol=suite.protocol,
-                    overrides=overrides,
-                    eval_episodes=eval_episodes,
-                    eval_every=eval_every,
-                    checkpoint_every=checkpoint_every,
-                    num_envs=num_envs,
-                    loop=loop,
+        targets = run_targets(
+            root,
+            folder,
+            train_ref,
+            chosen,
+            seeds,
+            steps,
+            preset=preset,
+            protocol=suite.protocol,
+            overrides=overrides,
+            eval_episodes=eval_episodes,
+            eval_every=eval_every,
+            checkpoint_every=checkpoint_every,
+            num_envs=num_envs,
+            loop=loop,
+        )
+        for target in targets:
+            game, key = target.env, target.path.relative_to(root).as_posix()
+            try:
+                have = check_target(target)
+                if RunDir(target.path).is_run():
+                    memory = plan_memory(resume=target.path).peak
+                else:
+                    if (train_ref, game) not in planned:
+                        planned[train_ref, game] = plan_memory(
+                            train_ref,
+                            game,
+                            overrides=overrides,
+                            total_env_steps=steps,
+                            protocol=suite.protocol,
+                            num_envs=num_envs,
+                        ).peak
+                    memory = planned[train_ref, game]
+            except (TargetError, RunRefusedError) as e:
+                raise BenchError(f"{key}: {e}") from None
+            tasks.append(
+                BenchTask(
+                    key=key,
+                    target=target,
+                    memory=memory,
+                    cpus=cpus,
+                    gpus=gpus,
+                    log_path=root / LOGS / f"{key}.log",
+                    have=have,
                 )
-                try:
-                    have = check_target(target)
-                    if RunDir(target.path).is_run():
-                        memory = plan_memory(resume=target.path).peak
-                    else:
-                        if (train_ref, game) not in planned:
-                            planned[train_ref, game] = plan_memory(
-                                train_ref,
-                                game,
-                                overrides=overrides,
-                                total_env_steps=steps,
-                                protocol=suite.protocol,
-                                num_envs=num_envs,
-                            ).peak
-                        memory = planned[train_ref, game]
-                except (TargetError, RunRefusedError) as e:
-                    raise BenchError(f"{key}: {e}") from None
-                tasks.append(
-                    BenchTask(
-                        key=key,
-                        target=target,
-                        memory=memory,
-                        cpus=cpus,
-                        gpus=gpus,
-                        log_path=root / LOGS / f"{key}.log",
-                        have=have,
-                    )
-                )
+            )
     return tasks
