@@ -17,7 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from zoo.bench.local import admit, run_local
+from zoo.matrix import agent_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -113,6 +116,7 @@ def test_bench_refuses_bad_input_before_anything_runs(tmp_path):
         ("classic", "dqn", "--frames", "3000"): "replay.min_size=20,000 is more than the budget",
         ("classic", "c51", "preset:c51"): "preset 'c51' runs under protocol",
         ("classic", "dqn", "dqn"): "dqn named twice",
+        ("atari100k", "dqn", "--frames", "3"): "--frames 3 is less than one agent step (4 frames)",
         ("classic",): "name the algorithms or presets to run on classic",
     }
     for args, message in cases.items():
@@ -122,6 +126,17 @@ def test_bench_refuses_bad_input_before_anything_runs(tmp_path):
     assert not root.exists()
     code, out, _ = run_cli("bench", "--list-suites")
     assert code == 0 and "classic" in out and "atari100k" in out
+
+
+def test_frames_become_agent_steps_rounded_down_with_a_note():
+    notes: list[str] = []
+    assert agent_steps(400_000, 4, notes.append) == 100_000 and notes == []
+    assert agent_steps(10, 4, notes.append) == 2
+    assert notes == [
+        "note: 10 frames is not a multiple of the frame skip 4; training 2 agent steps (8 frames)"
+    ]
+    with pytest.raises(ValueError, match="--frames 3 is less than one agent step"):
+        agent_steps(3, 4)
 
 
 SUITE_ARGS = ["classic", "dqn_cartpole", "double_dqn_cartpole", "--games", "CartPole-v1"]

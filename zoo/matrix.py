@@ -26,6 +26,7 @@ __all__ = [
     "RunOutcome",
     "RunTarget",
     "TargetError",
+    "agent_steps",
     "check_target",
     "ensure_run",
     "run_state",
@@ -80,6 +81,25 @@ class RunTarget:
         if self.protocol is not None:
             where["protocol"] = self.protocol
         return {**who, **where}
+
+
+def agent_steps(frames: int, frame_skip: int, log: Callable[[str], None] = print) -> int:
+    """The agent steps of a budget of ``frames`` emulator frames at ``frame_skip`` frames per
+    step: ``frames // frame_skip``, with a note through ``log`` when ``frames`` is not a
+    multiple of the frame skip (the budget is rounded down, never up).
+
+    Raises:
+      ValueError: ``frames`` is less than one agent step.
+    """
+    if frames < frame_skip:
+        raise ValueError(f"--frames {frames} is less than one agent step ({frame_skip} frames)")
+    steps = frames // frame_skip
+    if steps * frame_skip != frames:
+        log(
+            f"note: {frames:,} frames is not a multiple of the frame skip {frame_skip}; "
+            f"training {steps:,} agent steps ({steps * frame_skip:,} frames)"
+        )
+    return steps
 
 
 def run_targets(

@@ -27,7 +27,7 @@ from typing import Any
 from zoo import compare as compare_lib
 from zoo import reference as ref_lib
 from zoo import spec as spec_lib
-from zoo.matrix import TargetError, check_target, ensure_run, run_targets
+from zoo.matrix import TargetError, agent_steps, check_target, ensure_run, run_targets
 from zoo.rundir import safe_component
 
 __all__ = ["ReproduceError", "ReproduceResult", "game_env_id", "reproduce"]
@@ -130,14 +130,10 @@ def reproduce(
     if reference is not None:  # refuse a cross-protocol comparison before training anything
         ref_lib.check_protocol(ref_lib.load_series(reference), protocol)
     if frames is not None:
-        if frames < skip:
-            raise ReproduceError(f"--frames {frames} is less than one agent step ({skip} frames)")
-        steps = frames // skip
-        if steps * skip != frames:
-            log(
-                f"note: {frames:,} frames is not a multiple of the frame skip {skip}; "
-                f"training {steps:,} agent steps ({steps * skip:,} frames)"
-            )
+        try:
+            steps = agent_steps(frames, skip, log)
+        except ValueError as e:
+            raise ReproduceError(str(e)) from None
     elif loaded.budget is not None:
         steps = loaded.budget.agent_steps
     else:

@@ -26,7 +26,15 @@ from typing import Any
 from zoo import spec as spec_lib
 from zoo.bench.errors import BenchError
 from zoo.bench.suites import Suite
-from zoo.matrix import RunOutcome, RunTarget, TargetError, check_target, ensure_run, run_targets
+from zoo.matrix import (
+    RunOutcome,
+    RunTarget,
+    TargetError,
+    agent_steps,
+    check_target,
+    ensure_run,
+    run_targets,
+)
 from zoo.rundir import RunDir, safe_component
 
 __all__ = ["BenchTask", "plan_bench"]
@@ -143,14 +151,10 @@ def plan_bench(
         raise BenchError(f"--gpus-per-run must not be negative, got {gpus}")
     skip = get_protocol(suite.protocol).frame_skip
     frames = suite.frames if frames is None else frames
-    if frames < skip:
-        raise BenchError(f"--frames {frames} is less than one agent step ({skip} frames)")
-    steps = frames // skip
-    if steps * skip != frames:
-        log(
-            f"note: {frames:,} frames is not a multiple of the frame skip {skip}; "
-            f"training {steps:,} agent steps ({steps * skip:,} frames)"
-        )
+    try:
+        steps = agent_steps(frames, skip, log)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
     chosen = list(suite.games)
     if games:
         unknown = [g for g in games if g not in suite.games]
