@@ -69,7 +69,7 @@ class AlgorithmSpec(Model):
     loss: LossSpec = Field(default_factory=LossSpec, description="the loss")
     replay: ReplaySpec = Field(default_factory=ReplaySpec, description="the replay")
     optimizer: _Optimizer = Field(
-        default_factory=lambda: Adam(), description="{kind: adam | rmsprop, ...}"
+        default_factory=lambda: Adam(), description="{kind: adam | rmsprop | radam, ...}"
     )
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="the schedules")
 
