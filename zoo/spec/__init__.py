@@ -94,6 +94,7 @@ from zoo.spec.optimizers import Adam, Optimizer, RAdam, RmsProp
 from zoo.spec.overrides import OVERRIDES_SOURCE, apply_overrides, parse_overrides
 from zoo.spec.presets import Budget, EnvSpec, Preset, Reference
 from zoo.spec.replay import ReplaySpec, SequenceSpec
+from zoo.spec.rollout import RolloutSpec
 from zoo.spec.schedules import ConstantSchedule, ExponentialSchedule, LinearSchedule, Schedule
 
 __all__ = [
@@ -141,6 +142,7 @@ __all__ = [
     "Reference",
     "ReplaySpec",
     "RmsProp",
+    "RolloutSpec",
     "Schedule",
     "ScheduleSpec",
     "SequenceSpec",
