@@ -681,8 +681,9 @@ def _note_exploration(spec: AlgorithmSpec, settings: RunSettings) -> None:
 
 
 def _note_capacity(spec: AlgorithmSpec, settings: RunSettings) -> None:
-    """Say when the replay is larger than the budget can fill (it is allocated in full)."""
-    if spec.replay.capacity > settings.total_env_steps:
+    """Say when the replay is larger than the budget can fill (it is allocated in full; a
+    rollout learner allocates no replay)."""
+    if spec.rollout is None and spec.replay.capacity > settings.total_env_steps:
         _say(
             f"note: replay.capacity={spec.replay.capacity:,} is more than the budget of "
             f"{settings.total_env_steps:,} transitions, and is allocated in full; "
