@@ -55,9 +55,12 @@ class RmsProp(Optimizer):
 
 
 class RAdam(Optimizer):
-    """Rectified Adam (Liu et al. 2020, "On the Variance of the Adaptive Learning Rate and
-    Beyond", https://arxiv.org/abs/1908.03265): Adam whose adaptive step is switched on only once
-    the variance of its second moment is tractable; PQN's optimizer (Gallici et al. 2024)."""
+    """RAdam, rectified Adam (Liu et al. 2020); PQN's optimizer (Gallici et al. 2024).
+
+    Liu et al. 2020, "On the Variance of the Adaptive Learning Rate and Beyond",
+    https://arxiv.org/abs/1908.03265: Adam whose adaptive step is switched on only once the
+    variance of its second-moment estimate is tractable (momentum SGD steps before that).
+    """
 
     kind: Literal["radam"] = "radam"
     learning_rate: Schedule = Field(2.5e-4, description="step size; schedules in learner updates")
@@ -67,8 +70,8 @@ class RAdam(Optimizer):
     threshold: float = Field(
         5.0,
         gt=0,
-        description="the rectification switches on once the SMA length ρ_t exceeds this "
-        "(optax's default, the paper's 4 < ρ_t rounded up)",
+        description="adaptive steps start once the SMA length ρ_t exceeds this (optax's default; "
+        "the paper rectifies once ρ_t > 4)",
     )
     max_grad_norm: float | None = Field(
         None, gt=0, description="clip gradients to this global norm; null = no clipping"
