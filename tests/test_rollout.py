@@ -359,6 +359,8 @@ CHECKED = {
         "optimizer.learning_rate.start": (5e-4, f"{PURE}/pqn_minatar.yaml LR"),
         "optimizer.learning_rate.steps": (156224, "2441 rollouts × 32 × 2 updates"),
         "schedule.epsilon.end": (0.05, f"{PURE}/pqn_minatar.yaml EPS_FINISH"),
+        "schedule.epsilon.steps": (999834, "0.1 × 2441 rollouts × 4096 transitions"),
+        "schedule.epsilon.begin": (0, "purejaxql decays ε from the first rollout"),
         "network.hidden": ([128], "purejaxql/pqn_minatar.py CNN nn.Dense(128)"),
         "network.torso.padding": ("VALID", "purejaxql/pqn_minatar.py CNN nn.Conv padding"),
     },
@@ -394,3 +396,19 @@ def test_pqn_presets_keep_purejaxqls_values(name):
     assert all(v.startswith("[V]") for v in preset.reference.sources.values())
     # each preset's rollout divides into its minibatches at its number of environments
     assert (algorithm.rollout.length * preset.env.num_envs) % algorithm.rollout.minibatches == 0
+
+
+@pytest.mark.parametrize("save_replay", [True, False])
+def test_resume_in_the_middle_of_a_rollout(tmp_path, save_replay):
+    """A checkpoint 1.5 rollouts in: the resumed run learns on the steps after the boundary
+    (the sealed or fresh store), and its phases fall where the credit says."""
+    run = tmp_path / "run"
+    common = dict(overrides=SMALL, num_envs=N, loop="host", progress=False, eval_episodes=1)
+    zoo.train(
+        "pqn", env="CartPole-v1", total_env_steps=3 * T * N // 2, run_dir=run,
+        checkpoint_every=3 * T * N // 2, eval_every=3 * T * N, save_replay=save_replay, **common,
+    )  # fmt: skip
+    result = zoo.train(resume=run, total_env_steps=3 * T * N, progress=False)
+    assert result.env_steps == 3 * T * N and result.updates == 3 * 6
+    records = list(zoo.metrics.read_jsonl(run / "metrics.jsonl"))
+    assert np.isfinite(records[-1]["loss"])
