@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -240,12 +239,12 @@ class RolloutLearnStep(LearnStep):
         info: SampleInfo,
         sums: Array,
         count: Array,
-    ) -> tuple[LearnerState, None, Array, Array, Array, Any]:
+    ) -> tuple[LearnerState, None, Array, Array, Array]:
         """The targets (from the target network, see the module doc), then every minibatch
         update of the phase.
 
-        Returns ``(learner_state, None, metric_sums, metric_count, loss, actor)``: ``loss`` the
-        last update's, ``actor`` a copy of the final online network (the actors act with it).
+        Returns ``(learner_state, None, metric_sums, metric_count, loss)`` as
+        :meth:`zoo.learn.LearnStep.update` (nothing is deferred; ``loss`` is the last update's).
         """
         loss = self.learner.loss
         noise = jax.random.fold_in(learner_state.key, 0x5051)  # the targets' noise sample
@@ -282,10 +281,7 @@ class RolloutLearnStep(LearnStep):
 
         order = info.indices.reshape((self.epochs * self.minibatches, self.minibatch_size))
         (state, sums, count), losses = jax.lax.scan(one_update, (learner_state, sums, count), order)
-        actor = jax.tree.map(
-            lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, state.online
-        )
-        return state, None, sums, count, losses[-1], actor
+        return state, None, sums, count, losses[-1]
 
     def learn(
         self,
@@ -298,12 +294,13 @@ class RolloutLearnStep(LearnStep):
         barrier: bool = False,
     ) -> tuple[LearnCarry, Any]:
         """One learning phase; the actors then act with its final network (see the module
-        doc). ``sample``, ``update``, ``report``: jitted versions from a host driver."""
-        del barrier  # the batch is the store itself: nothing is gathered before the update
+        doc). ``sample``, ``update``: jitted versions from a host driver; ``report`` is unused
+        (the actors' report is the phase's own, :meth:`~zoo.learn.LearnStep.with_learner`)."""
+        del barrier, report  # the batch is the store itself: nothing is gathered to fuse
         sample = self.sample if sample is None else sample
         update = self.update if update is None else update
         replay_state, key, batch, info = sample(replay_state, carry.deferred, carry.key)
-        learner, _, sums, count, loss, actor = update(
+        learner, _, sums, count, loss = update(
             carry.learner, batch, info, carry.metric_sums, carry.metric_count
         )
         carry = LearnCarry(
@@ -313,10 +310,11 @@ class RolloutLearnStep(LearnStep):
             metric_sums=sums,
             metric_count=count,
             last_loss=loss,
-            actor=actor,
-            actor_report=report(learner.updates, loss),
+            actor=carry.actor,
+            actor_report=carry.actor_report,
         )
-        return carry, replay_state
+        # the actors get (a copy of) the phase's final network and its [updates, loss]
+        return self.with_learner(carry, learner), replay_state
 
 
 def build_rollout(
