@@ -412,3 +412,48 @@ def test_resume_in_the_middle_of_a_rollout(tmp_path, save_replay):
     assert result.env_steps == 3 * T * N and result.updates == 3 * 6
     records = list(zoo.metrics.read_jsonl(run / "metrics.jsonl"))
     assert np.isfinite(records[-1]["loss"])
+
+
+@pytest.mark.parametrize("composition", ["munchausen", "double"])
+def test_rollout_targets_compose_with_the_loss_axes(composition):
+    """The rollout's targets read the same components as the loss: Munchausen's bonus and soft
+    bootstrap from the target network, or the double bootstrap (online selects, target
+    evaluates), with a target network that lags (two different networks here)."""
+    name = "munchausen_pqn" if composition == "munchausen" else "pqn"
+    extra = {} if composition == "munchausen" else {"loss.bootstrap": "double"}
+    spec = zoo.load_algorithm(name, overrides={**SMALL, **extra})
+    online = zoo.build_network(
+        spec, observation_shape=OBS, num_actions=ACTIONS, key=jax.random.key(8)
+    )
+    target = zoo.build_network(
+        spec, observation_shape=OBS, num_actions=ACTIONS, key=jax.random.key(9)
+    )
+    # wider action gaps, so that the Munchausen clip at −1 binds for some steps
+    out = lambda net: net.streams.mlp.layers[-1].weight  # noqa: E731
+    target = eqx.tree_at(out, target, out(target) * 6.0)
+    obs = jax.random.normal(jax.random.key(10), (T + 1, N, *OBS)) * 3
+    rng = np.random.default_rng(2)
+    action = rng.integers(0, ACTIONS, (T, N))
+    reward = rng.normal(size=(T, N))
+    term = np.zeros((T, N), bool)
+    term[1, 2] = True
+    got = zoo.build_loss(spec).rollout_targets(
+        online, target, obs, jnp.asarray(action), jnp.asarray(reward, jnp.float32), term,
+        np.zeros((T, N), bool), np.ones((T, N), bool), jax.random.key(0),
+    )  # fmt: skip
+    q_online = np.asarray(jax.vmap(jax.vmap(online))(obs).q_values, np.float64)
+    q_target = np.asarray(jax.vmap(jax.vmap(target))(obs).q_values, np.float64)
+    if composition == "munchausen":
+        tau, alpha = 0.03, 0.9
+        z = q_target / tau
+        log_pi = z - z.max(-1, keepdims=True)
+        log_pi = log_pi - np.log(np.exp(log_pi).sum(-1, keepdims=True))
+        chosen = np.take_along_axis(log_pi[:-1], action[..., None], -1)[..., 0]
+        assert (tau * chosen < -1).any() and (tau * chosen > -1).any()  # both sides of the clip
+        reward = reward + alpha * np.clip(tau * chosen, -1.0, 0.0)
+        value = tau * (np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1))[1:]
+    else:
+        pick = q_online[1:].argmax(-1)
+        value = np.take_along_axis(q_target[1:], pick[..., None], -1)[..., 0]
+    want = q_lambda_loop(reward, value, term, term & False, np.ones((T, N), bool), GAMMA, LAMBDA)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
