@@ -24,7 +24,8 @@ run it unchanged:
   credited transitions, from the first step;
 - :class:`RolloutLearnStep` is the learn step: ``sample`` hands over the whole rollout and draws
   the minibatch order of every epoch (and empties the store); ``update`` computes the targets
-  and runs every minibatch update in one ``lax.scan``.
+  and runs every minibatch update in one ``lax.scan`` inside the compiled driver, while the
+  host driver dispatches the targets and each minibatch update as a call of its own.
 
 Where this differs from purejaxql: truncations bootstrap from the final observation unless
 ``rollout.truncation: terminal`` (see :mod:`zoo.losses.returns`); envpool's pseudo-steps (the
@@ -41,6 +42,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from zoo.jit import async_jit
 from zoo.learn import LearnCarry, LearnStep, UpdateCredit, learner_report
 from zoo.learner import DataParallelLearner, Learner, LearnerState
 from zoo.replay.types import SampleInfo, StepBatch
@@ -49,7 +51,7 @@ from zoo.types import TargetBatch
 
 Array = jax.Array
 
-__all__ = ["RolloutLearnStep", "RolloutState", "RolloutStore", "build_rollout"]
+__all__ = ["RolloutData", "RolloutLearnStep", "RolloutState", "RolloutStore", "build_rollout"]
 
 
 class RolloutState(NamedTuple):
@@ -195,6 +197,23 @@ class RolloutStore:
         return state._replace(valid=valid, cursor=cursor)
 
 
+class RolloutData(NamedTuple):
+    """A rollout flattened to its ``T·N`` items, with their targets (what the phase's updates
+    draw their minibatches from).
+
+    Attributes:
+      observation: ``[T·N, ...]``.
+      action: ``[T·N]``.
+      target: ``[T·N]`` the Q(λ) targets.
+      valid: ``[T·N]`` bool, the mask of the loss.
+    """
+
+    observation: Array
+    action: Array
+    target: Array
+    valid: Array
+
+
 class RolloutLearnStep(LearnStep):
     """One learning phase on a complete rollout: Q(λ) targets, then ``epochs × minibatches``
     learner updates on shuffled minibatches (one :class:`~zoo.types.TargetBatch` each).
@@ -211,6 +230,9 @@ class RolloutLearnStep(LearnStep):
         self.minibatches = int(rollout.minibatches)
         self.minibatch_size = self.size // self.minibatches
         super().__init__(learner, store, self.minibatch_size)
+        # a host driver's calls (jitted once per learn step; see learn)
+        self._host_targets = async_jit(self.targets)
+        self._host_minibatch = async_jit(self.minibatch_update)
 
     def sample(
         self, replay_state: RolloutState, deferred: Any, key: Array
@@ -232,23 +254,11 @@ class RolloutLearnStep(LearnStep):
         )
         return emptied, key, replay_state, info
 
-    def update(
-        self,
-        learner_state: LearnerState,
-        batch: RolloutState,
-        info: SampleInfo,
-        sums: Array,
-        count: Array,
-    ) -> tuple[LearnerState, None, Array, Array, Array]:
-        """The targets (from the target network, see the module doc), then every minibatch
-        update of the phase.
-
-        Returns ``(learner_state, None, metric_sums, metric_count, loss)`` as
-        :meth:`zoo.learn.LearnStep.update` (nothing is deferred; ``loss`` is the last update's).
-        """
-        loss = self.learner.loss
+    def targets(self, learner_state: LearnerState, batch: RolloutState) -> RolloutData:
+        """The rollout flattened to ``T·N`` items with their Q(λ) targets (from the target
+        network as it is now, see the module doc)."""
         noise = jax.random.fold_in(learner_state.key, 0x5051)  # the targets' noise sample
-        targets = loss.rollout_targets(
+        targets = self.learner.loss.rollout_targets(
             learner_state.online,
             learner_state.target,
             batch.observation,
@@ -260,27 +270,65 @@ class RolloutLearnStep(LearnStep):
             noise,
         )
         flat = lambda x: x.reshape((self.size, *x.shape[2:]))  # noqa: E731
-        observation = flat(batch.observation[:-1])
-        action, target, valid = flat(batch.action), flat(targets), flat(batch.valid)
-        probability = info.probability
+        return RolloutData(
+            observation=flat(batch.observation[:-1]),
+            action=flat(batch.action),
+            target=flat(targets),
+            valid=flat(batch.valid),
+        )
 
-        def one_update(carry, idx):
-            state, sums, count = carry
-            minibatch = TargetBatch(
-                observation=observation[idx],
-                action=action[idx],
-                target=target[idx],
-                probability=probability,
-                mask=valid[idx],
-            )
-            state, aux = self.learner.update(state, minibatch)
-            metrics = jnp.stack(
-                [jnp.asarray(aux.metrics[m], jnp.float32) for m in self.metric_names]
-            )
-            return (state, sums + metrics, count + 1), metrics[0]
-
+    def minibatch_update(
+        self,
+        learner_state: LearnerState,
+        data: RolloutData,
+        info: SampleInfo,
+        k: Array,
+        sums: Array,
+        count: Array,
+    ) -> tuple[LearnerState, Array, Array, Array]:
+        """The phase's ``k``-th learner update (epoch ``k // minibatches``), on the items
+        ``info.indices`` orders there. Returns ``(learner_state, sums, count, loss)``."""
         order = info.indices.reshape((self.epochs * self.minibatches, self.minibatch_size))
-        (state, sums, count), losses = jax.lax.scan(one_update, (learner_state, sums, count), order)
+        idx = jax.lax.dynamic_index_in_dim(order, k, keepdims=False)
+        minibatch = TargetBatch(
+            observation=data.observation[idx],
+            action=data.action[idx],
+            target=data.target[idx],
+            probability=info.probability,
+            mask=data.valid[idx],
+        )
+        # materialised before the update: a gather fused into XLA:CPU's convolutions turns them
+        # into slow generic loops (as zoo.learn's barrier)
+        minibatch = jax.lax.optimization_barrier(minibatch)
+        learner_state, aux = self.learner.update(learner_state, minibatch)
+        metrics = jnp.stack([jnp.asarray(aux.metrics[m], jnp.float32) for m in self.metric_names])
+        return learner_state, sums + metrics, count + 1, metrics[0]
+
+    def update(
+        self,
+        learner_state: LearnerState,
+        batch: RolloutState,
+        info: SampleInfo,
+        sums: Array,
+        count: Array,
+    ) -> tuple[LearnerState, None, Array, Array, Array]:
+        """The whole phase as one function (the compiled driver's): :meth:`targets`, then every
+        :meth:`minibatch_update` in one ``lax.scan``.
+
+        Returns ``(learner_state, None, metric_sums, metric_count, loss)`` as
+        :meth:`zoo.learn.LearnStep.update` (nothing is deferred; ``loss`` is the last update's).
+        """
+        data = self.targets(learner_state, batch)
+
+        def one_update(carry, k):
+            state, sums, count = carry
+            state, sums, count, loss = self.minibatch_update(state, data, info, k, sums, count)
+            return (state, sums, count), loss
+
+        updates = jnp.arange(self.epochs * self.minibatches, dtype=jnp.int32)
+        (state, sums, count), losses = jax.lax.scan(
+            one_update, (learner_state, sums, count), updates
+        )
         return state, None, sums, count, losses[-1]
 
     def learn(
@@ -294,15 +342,30 @@ class RolloutLearnStep(LearnStep):
         barrier: bool = False,
     ) -> tuple[LearnCarry, Any]:
         """One learning phase; the actors then act with its final network (see the module
-        doc). ``sample``, ``update``: jitted versions from a host driver; ``report`` is unused
-        (the actors' report is the phase's own, :meth:`~zoo.learn.LearnStep.with_learner`)."""
-        del barrier, report  # the batch is the store itself: nothing is gathered to fuse
+        doc).
+
+        Inside a compiled program (no ``sample``/``update`` given) the phase is :meth:`update`.
+        A host driver passes jitted ``sample`` and ``update`` (the latter is not used): the host
+        then dispatches :meth:`targets` and each :meth:`minibatch_update` as calls of their own,
+        so that no update runs under device control flow (XLA:CPU's convolutions are an order of
+        magnitude slower there, :mod:`zoo.drivers.host`). ``report`` is unused (the actors'
+        report is the phase's own, :meth:`~zoo.learn.LearnStep.with_learner`).
+        """
+        del barrier, report
+        host = update is not None
         sample = self.sample if sample is None else sample
-        update = self.update if update is None else update
         replay_state, key, batch, info = sample(replay_state, carry.deferred, carry.key)
-        learner, _, sums, count, loss = update(
-            carry.learner, batch, info, carry.metric_sums, carry.metric_count
-        )
+        if host:
+            learner, sums, count = carry.learner, carry.metric_sums, carry.metric_count
+            data = self._host_targets(learner, batch)
+            for k in range(self.epochs * self.minibatches):
+                learner, sums, count, loss = self._host_minibatch(
+                    learner, data, info, jnp.asarray(k, jnp.int32), sums, count
+                )
+        else:
+            learner, _, sums, count, loss = self.update(
+                carry.learner, batch, info, carry.metric_sums, carry.metric_count
+            )
         carry = LearnCarry(
             learner=learner,
             key=key,
