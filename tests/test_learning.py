@@ -27,6 +27,7 @@ BUDGETS = {
     "dqn_reg_cartpole": 100_000,
     "rainbow_cartpole": 100_000,
     "r2d2_cartpole": 100_000,
+    "pqn_cartpole": 100_000,
 }
 
 

@@ -511,3 +511,90 @@ def test_glorot_uniform_init_of_every_plain_layer_and_the_default_untouched():
     noisy = zoo.load_algorithm("rainbow", overrides={"network.init": "glorot_uniform"})
     net = build_network(noisy, (4, 84, 84), 6, key=key)
     assert [tuple(x.weight.shape) for x in layers(net)][:3] == shapes[:3]
+
+
+# ------------------------------------------------------------------ layer normalisation
+
+
+def _layer_norm(x: np.ndarray, axis: int = -1, eps: float = 1e-6) -> np.ndarray:
+    mean = x.mean(axis=axis, keepdims=True)
+    var = x.var(axis=axis, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps)
+
+
+def test_layer_norm_before_each_relu_of_the_hidden_layers():
+    """dense → LayerNorm → ReLU per hidden layer, none on the output layer (purejaxql's PQN)."""
+    spec = network_spec(torso=SimpleNamespace(kind="mlp", sizes=[]), hidden=(6, 5))
+    spec.norm = "layer_norm"
+    net = zn.build_network(spec, (3,), NUM_ACTIONS, key=jax.random.key(0))
+    mlp = net.streams.mlp
+    assert [n.shape for n in mlp.norms] == [(6,), (5,)]
+    # give the norms a non-trivial scale and bias, so the test sees where they act
+    net = eqx.tree_at(
+        lambda n: [x.weight for x in n.streams.mlp.norms], net, [jnp.full(6, 2.0), jnp.ones(5)]
+    )
+    net = eqx.tree_at(lambda n: n.streams.mlp.norms[0].bias, net, jnp.full(6, -0.5))
+    obs = np.asarray(observations(1, (3,))[0])
+    layers = [(np.asarray(x.weight), np.asarray(x.bias)) for x in net.streams.mlp.layers]
+    h = obs
+    for (w, b), scale, bias in zip(layers[:2], (2.0, 1.0), (-0.5, 0.0), strict=True):
+        h = np.maximum(_layer_norm(w @ h + b) * scale + bias, 0.0)
+    w, b = layers[2]
+    np.testing.assert_allclose(np.asarray(net(jnp.asarray(obs)).q_values), w @ h + b, atol=1e-5)
+    plain = build(torso=SimpleNamespace(kind="mlp", sizes=[]), hidden=(6, 5), obs_shape=(3,))
+    assert plain.streams.mlp.norms == ()  # the default adds no parameters
+
+
+def test_mlp_torso_and_dueling_streams_take_layer_norm():
+    torso = SimpleNamespace(kind="mlp", sizes=[7, 4], norm="layer_norm")
+    spec = network_spec(torso=torso, hidden=(3,), dueling=True)
+    spec.norm = "layer_norm"
+    net = zn.build_network(spec, OBS_SHAPE, NUM_ACTIONS, key=jax.random.key(0))
+    assert [n.shape for n in net.torso.mlp.norms] == [(7,), (4,)]  # activate_final: both
+    assert [n.shape for n in net.streams.value.norms] == [(3,)]
+    assert [n.shape for n in net.streams.advantage.norms] == [(3,)]
+    features = np.asarray(net.torso(observations(1)[0]))
+    assert features.min() >= 0 and np.isfinite(features).all()
+
+
+def test_channel_layer_norm_normalises_channels_at_each_position():
+    """Flax's nn.LayerNorm on channels-last maps, on Equinox's channels-first ones."""
+    x = np.asarray(jax.random.normal(jax.random.key(3), (5, 4, 3))) * 3 + 1
+    norm = zn.ChannelLayerNorm(5)
+    norm = eqx.tree_at(lambda n: (n.norm.weight, n.norm.bias), norm, (jnp.arange(5.0), jnp.ones(5)))
+    want = _layer_norm(x, axis=0) * np.arange(5.0)[:, None, None] + 1.0
+    np.testing.assert_allclose(np.asarray(norm(jnp.asarray(x))), want, rtol=1e-5, atol=1e-5)
+
+
+def test_nature_and_minatar_cnn_layer_norm_and_valid_padding():
+    shape = (4, 84, 84)
+    config = SimpleNamespace(kind="nature_cnn", norm="layer_norm")
+    torso = zn.nature_cnn_torso(config, shape, key=jax.random.key(0))
+    assert [n.norm.shape for n in torso.norms] == [(32,), (64,), (64,)]
+    obs = jax.random.uniform(jax.random.key(1), shape)
+    # the first convolution's map, normalised over channels, then ReLU: by hand
+    x = np.asarray(torso.convs[0](obs))
+    first = np.maximum(_layer_norm(x, axis=0), 0.0)
+    got = np.asarray(jax.nn.relu(torso.norms[0](torso.convs[0](obs))))
+    np.testing.assert_allclose(got, first, atol=1e-5)
+    assert torso(obs).shape == (3136,)
+    plain = zn.nature_cnn_torso(SimpleNamespace(kind="nature_cnn"), shape, key=jax.random.key(0))
+    assert plain.norms == ()
+    # purejaxql's MinAtar torso: conv 16×3×3 VALID, LayerNorm, ReLU: [4, 10, 10] → 16·8·8
+    minatar = SimpleNamespace(
+        channels=16, kernel_size=3, init="default", padding="VALID", norm="layer_norm"
+    )
+    torso = zn.minatar_cnn_torso(minatar, (4, 10, 10), key=jax.random.key(0))
+    assert jax.eval_shape(torso, jax.ShapeDtypeStruct((4, 10, 10), jnp.float32)).shape == (1024,)
+    assert len(torso.norms) == 1
+
+
+def test_norm_is_validated_by_the_spec():
+    import zoo
+
+    spec = zoo.load_algorithm(
+        "dqn", overrides={"network.norm": "layer_norm", "network.torso": "nature_cnn"}
+    )
+    assert spec.network.norm == "layer_norm" and spec.network.torso.norm == "none"
+    with pytest.raises(zoo.spec.SpecError, match="layer_norm"):
+        zoo.load_algorithm("dqn", overrides={"network.norm": "batch_norm"})

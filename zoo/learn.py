@@ -58,12 +58,25 @@ class UpdateCredit:
     """
 
     def __init__(self, spec: AlgorithmSpec, num_envs: int):
-        self.period = float(spec.schedule.update_period)
-        self.min_size = int(spec.replay.min_size)
+        self._set(spec.schedule.update_period, spec.replay.min_size, num_envs)
+
+    @classmethod
+    def of(cls, period: int, min_size: int, num_envs: int) -> UpdateCredit:
+        """The rule for explicit numbers: one update per ``period`` credited transitions once
+        ``min_size`` transitions are in (a data kind that is not a replay states its own, e.g.
+        :mod:`zoo.rollout`: one learning phase per rollout)."""
+        credit = cls.__new__(cls)
+        credit._set(period, min_size, num_envs)
+        return credit
+
+    def _set(self, period: int, min_size: int, num_envs: int) -> None:
+        if period < 1 or num_envs < 1:
+            raise ValueError(f"period and num_envs must be at least 1, got {period}, {num_envs}")
+        self.period = float(period)
+        self.min_size = int(min_size)
         self.num_envs = num_envs
-        period = spec.schedule.update_period
-        # credit < update_period after learning, so a vector step is due at most this many
-        self.max_updates = (period - 1 + num_envs) // period
+        # credit < period after learning, so a vector step is due at most this many
+        self.max_updates = (int(period) - 1 + num_envs) // int(period)
 
     def earn(self, env_steps: Any, credit: Any) -> Any:
         """The credit after a vector step that brought the transitions inserted to

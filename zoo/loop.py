@@ -54,7 +54,7 @@ from zoo.actor import Actor, Pending, make_act, starts_transition
 from zoo.checkpoint import Checkpointer
 from zoo.drivers import DRIVERS, Driver, HostDriver
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
-from zoo.learn import LearnCarry, LearnStep, UpdateCredit
+from zoo.learn import LearnCarry, LearnStep
 from zoo.learner import DataParallelLearner, Learner, LearnerState
 from zoo.metrics import MetricsLogger, Progress
 from zoo.replay import PendingPriorities, StepBatch
@@ -203,8 +203,9 @@ class Loop:
         self.num_envs = env.num_envs
         self.recurrent = spec.recurrent
         self.actor = Actor(spec, self.num_envs, env.num_actions, initial_core_state)
-        self.learn_step = LearnStep(learner, replay, spec.replay.batch_size)
-        self.credit = UpdateCredit(spec, self.num_envs)
+        # the data kind states how the loop learns from it (a replay: sample → update per
+        # update_period transitions; a rollout store: a learning phase per rollout)
+        self.learn_step, self.credit = replay.learning_parts(learner, spec, self.num_envs)
         self.metric_names = self.learn_step.metric_names
         self.devices = learner.num_devices
         self.host = HostDriver(self)
@@ -301,6 +302,7 @@ class Loop:
             first=p.first,
             valid=p.valid,
             core_state=p.core_state,
+            next_observation=ts.observation,
         )
         env_steps = env_steps + self.num_envs
         credit = self.credit.earn(env_steps, credit)

@@ -6,9 +6,9 @@ import optax
 
 from zoo import registry
 from zoo.schedules import build_schedule
-from zoo.spec import Adam, RmsProp
+from zoo.spec import Adam, RAdam, RmsProp
 
-__all__ = ["adam", "build_optimizer", "rmsprop"]
+__all__ = ["adam", "build_optimizer", "radam", "rmsprop"]
 
 
 def build_optimizer(config: object) -> optax.GradientTransformation:
@@ -45,5 +45,19 @@ def rmsprop(config: RmsProp) -> optax.GradientTransformation:
         eps=config.eps,
         centered=config.centered,
         momentum=config.momentum,
+    )
+    return _with_clipping(opt, config.max_grad_norm)
+
+
+@registry.register("optimizer", "radam")
+def radam(config: RAdam) -> optax.GradientTransformation:
+    """Rectified Adam (Liu et al. 2020), ``optax.radam``; with ``max_grad_norm`` the gradients
+    are clipped first, as PQN's ``optax.chain(clip_by_global_norm, radam)``."""
+    opt = optax.radam(
+        learning_rate=build_schedule(config.learning_rate),
+        b1=config.b1,
+        b2=config.b2,
+        eps=config.eps,
+        threshold=config.threshold,
     )
     return _with_clipping(opt, config.max_grad_norm)

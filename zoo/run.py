@@ -633,7 +633,18 @@ def _new_settings(
 
 
 def _check_budget(spec: AlgorithmSpec, settings: RunSettings) -> None:
-    """A budget that never reaches ``replay.min_size`` would train nothing: refuse it."""
+    """A budget that never reaches ``replay.min_size`` (or, without a replay, one whole
+    rollout) would train nothing: refuse it."""
+    if spec.rollout is not None:
+        first = spec.rollout.length * settings.num_envs
+        if settings.total_env_steps < first:
+            raise RunRefusedError(
+                f"one rollout is rollout.length × num_envs = {spec.rollout.length} × "
+                f"{settings.num_envs} = {first:,} transitions, more than the budget of "
+                f"{settings.total_env_steps:,}: learning would never start (0 updates); raise "
+                f"--steps to at least {first:,} or shorten rollout.length"
+            )
+        return
     min_size = spec.replay.min_size
     if settings.total_env_steps <= min_size:
         # learning starts once min_size transitions are in: a budget of min_size trains nothing
@@ -670,8 +681,9 @@ def _note_exploration(spec: AlgorithmSpec, settings: RunSettings) -> None:
 
 
 def _note_capacity(spec: AlgorithmSpec, settings: RunSettings) -> None:
-    """Say when the replay is larger than the budget can fill (it is allocated in full)."""
-    if spec.replay.capacity > settings.total_env_steps:
+    """Say when the replay is larger than the budget can fill (it is allocated in full; a
+    rollout learner allocates no replay)."""
+    if spec.rollout is None and spec.replay.capacity > settings.total_env_steps:
         _say(
             f"note: replay.capacity={spec.replay.capacity:,} is more than the budget of "
             f"{settings.total_env_steps:,} transitions, and is allocated in full; "

@@ -81,6 +81,29 @@ class SequenceBatch(NamedTuple):
     mask: Array | None = None
 
 
+class TargetBatch(NamedTuple):
+    """Items whose targets are computed already: the rollout learner's Q(λ) returns
+    (:mod:`zoo.rollout`), leading axis ``B``.
+
+    The loss trains ``Q(s, a)`` towards ``h(target)`` (``h`` the value transform): a complete
+    return enters the head loss as a reward with discount 0, so no network is evaluated at a
+    next state and no reward is clipped again (the targets were built from clipped rewards).
+
+    Attributes:
+      observation: ``[B, ...]`` the observations acted on.
+      action: ``[B]`` int the actions taken.
+      target: ``[B]`` the targets, in the untransformed value space.
+      probability: ``[B]`` the sampling probability (ones: a rollout is learned from whole).
+      mask: ``[B]`` zeroes items that are not real transitions (envpool's pseudo-steps).
+    """
+
+    observation: Array
+    action: Array
+    target: Array
+    probability: Array
+    mask: Array | None = None
+
+
 class LossAux(NamedTuple):
     """Auxiliary outputs of a loss.
 

@@ -33,6 +33,7 @@ __all__ = [
     "no_bonus",
     "no_regularizer",
     "q_value",
+    "scale",
     "signed_hyperbolic",
     "soft_bootstrap",
     "squared",
@@ -93,6 +94,13 @@ def signed_hyperbolic(config) -> TxPair:
     """h(x) = sign(x)(√(|x| + 1) − 1) + εx and its closed-form inverse (Pohlen et al. 2018)."""
     eps = float(config.eps)
     return TxPair(lambda x: rlax.signed_hyperbolic(x, eps), lambda x: rlax.signed_parabolic(x, eps))
+
+
+@registry.register("value_transform", "scale")
+def scale(config) -> TxPair:
+    """h(x) = factor·x, h⁻¹(x) = x/factor: a reward scale (purejaxql's ``REW_SCALE``)."""
+    factor = float(config.factor)
+    return TxPair(lambda x: factor * x, lambda x: x / factor)
 
 
 # -------------------------------------------------------------------------------- regularizers

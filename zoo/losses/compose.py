@@ -20,6 +20,13 @@ The pipeline, per example (rlax style, vmapped over the batch):
 Sequences: n-step returns are accumulated inside the stored sequence (truncated at its end, as
 rlax.n_step_bootstrapped_returns), the Munchausen bonus is added at every step, and the
 per-sequence loss is the (masked) sum over time.
+
+Rollouts (PQN, Gallici et al. 2024, https://arxiv.org/abs/2407.04811; :mod:`zoo.rollout`): the
+targets are Q(λ) returns built once per rollout by :meth:`Loss.rollout_targets` from the same
+components (clipped rewards and the Munchausen bonus, the bootstrap's value through h⁻¹ at each
+next observation, the discount),
+and the minibatches arrive as :class:`~zoo.types.TargetBatch`: a complete return enters the head
+loss as its reward with discount 0, so step 4 is the same head loss with no next-state pass.
 """
 
 from __future__ import annotations
@@ -32,9 +39,10 @@ import jax.numpy as jnp
 
 from zoo import registry
 from zoo.losses.components import Bonus, munchausen_bonus, no_bonus
+from zoo.losses.returns import q_lambda_targets
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
-from zoo.types import LossAux, NetworkOutput, SequenceBatch, Transition
+from zoo.types import LossAux, NetworkOutput, SequenceBatch, TargetBatch, Transition
 
 Array = jax.Array
 
@@ -130,6 +138,7 @@ class Loss:
         )
         self._n_step = loss.n_step
         self._sequence = spec.replay.sequence
+        self._rollout = spec.rollout
 
     def __repr__(self) -> str:
         return f"Loss({self.spec.name or 'custom'}, recurrent={self.recurrent})"
@@ -143,7 +152,9 @@ class Loss:
         step: Array | int = 0,
     ) -> tuple[Array, LossAux]:
         """The scalar loss (differentiable w.r.t. ``online``) and its :class:`LossAux`."""
-        if self.recurrent:
+        if isinstance(batch, TargetBatch):
+            parts = self._target_items(online, batch, key)
+        elif self.recurrent:
             if not isinstance(batch, SequenceBatch):
                 raise TypeError(
                     f"{self.spec.name or 'this spec'} has a recurrent core and learns from "
@@ -185,6 +196,97 @@ class Loss:
         )
         q_sa = jnp.take_along_axis(out_tm1.q_values, batch.action[:, None], axis=-1)[:, 0]
         return item_loss * mask, jnp.abs(td)[:, None], mask[:, None], q_sa[:, None]
+
+    # ------------------------------------------------------------ rollouts (precomputed)
+
+    def _target_items(
+        self, online: Any, batch: TargetBatch, key: Array
+    ) -> tuple[Array, Array, Array, Array]:
+        out_tm1 = _apply(online, batch.observation, key)
+        # a complete return: reward = the target, discount 0; the "next state" is the same
+        # output (gradient stopped, and multiplied by 0), so no other forward pass runs
+        out_t = jax.lax.stop_gradient(out_tm1)
+        num_actions = out_tm1.q_values.shape[-1]
+        pi = jnp.full((num_actions,), 1.0 / num_actions, out_tm1.q_values.dtype)
+        shift = jnp.zeros((num_actions,), out_tm1.q_values.dtype)
+        zero = jnp.zeros((), batch.target.dtype)
+
+        def example(o_tm1, a_tm1, target, o_t):
+            return self._head_loss(o_tm1, a_tm1, target, zero, o_t, pi, shift, self._tx)
+
+        item_loss, td = jax.vmap(example)(out_tm1, batch.action, batch.target, out_t)
+        mask = (
+            jnp.ones_like(item_loss) if batch.mask is None else batch.mask.astype(item_loss.dtype)
+        )
+        q_sa = jnp.take_along_axis(out_tm1.q_values, batch.action[:, None], axis=-1)[:, 0]
+        return item_loss * mask, jnp.abs(td)[:, None], mask[:, None], q_sa[:, None]
+
+    def rollout_targets(
+        self,
+        online: Any,
+        target: Any,
+        observation: Array,
+        action: Array,
+        reward: Array,
+        terminated: Array,
+        truncated: Array,
+        valid: Array,
+        key: Array,
+    ) -> Array:
+        """The Q(λ) targets of a time-major rollout (``spec.rollout``; see
+        :func:`zoo.losses.returns.q_lambda_targets`).
+
+        Args:
+          online: the online network (the double bootstrap's selector).
+          target: the network the targets come from; PQN has none, i.e. it is the online network
+            as it is when the rollout is complete (``schedule.target_update_period`` = the
+            updates of one learning phase).
+          observation: ``[T + 1, N, ...]``: the observations acted on, then the one after the
+            last step (the bootstrap of the rollout's end).
+          action, reward, terminated, truncated: ``[T, N]`` each step's action and the
+            environment's answer.
+          valid: ``[T, N]`` whether each step is a real one (not envpool's pseudo-step after a
+            game's end, nor a slot left unwritten): the trace never runs into an invalid step.
+          key: the noise key of noisy layers (one sample for the whole rollout).
+
+        Returns:
+          ``[T, N]`` targets (gradient stopped): rewards clipped as ``loss.reward_clip`` says,
+          plus the Munchausen bonus from the target network at each step where the spec has one,
+          bootstrapped with the bootstrap's value ``Σₐ π(a)·(h⁻¹(Q(o′, a)) + shift(a))`` of each
+          next observation; Watkins' trace (``rollout.trace``) is cut after non-greedy actions.
+        """
+        rollout = self._rollout
+        if rollout is None:
+            raise ValueError(f"{self.spec.name or 'this spec'} has no `rollout` section")
+        steps, envs = action.shape
+        k_online, k_target = jax.random.split(key)
+        flat = observation.reshape((-1, *observation.shape[2:]))
+        sg = jax.lax.stop_gradient
+
+        def values(net: Any, k: Array) -> Array:
+            return sg(_apply(net, flat, k).q_values).reshape((steps + 1, envs, -1))
+
+        q_target = values(target, k_target)
+        q_select = values(online, k_online)  # removed under jit unless the bootstrap reads it
+        pi, shift = jax.vmap(jax.vmap(self._bootstrap.policy))(q_select[1:], q_target[1:])
+        value = jnp.sum(pi * (self._tx.apply_inv(q_target[1:]) + shift), axis=-1)
+        bonus = jax.vmap(jax.vmap(self._bonus))(q_target[:-1], action)
+        lambda_ = jnp.full((steps, envs), rollout.td_lambda, jnp.float32)
+        # λ_t weighs G_{t+1}: never into a step that is not a real continuation
+        lambda_ = lambda_.at[:-1].multiply(valid[1:].astype(jnp.float32))
+        if rollout.trace == "watkins":
+            # ... nor past a non-greedy action a_{t+1} (greedy under the target policy)
+            greedy = action[1:] == jnp.argmax(pi[:-1], axis=-1)
+            lambda_ = lambda_.at[:-1].multiply(greedy.astype(jnp.float32))
+        return q_lambda_targets(
+            self._clip(reward) + bonus,
+            value,
+            terminated,
+            truncated,
+            self._discount,
+            lambda_,
+            rollout.truncation,
+        )
 
     # ---------------------------------------------------------------------- sequences
 

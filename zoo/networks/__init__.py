@@ -21,7 +21,7 @@ from zoo.networks.heads import (
     q_head,
     quantile_head,
 )
-from zoo.networks.layers import MLP, NoisyLinear, linear, scale_noise
+from zoo.networks.layers import MLP, ChannelLayerNorm, NoisyLinear, linear, scale_noise
 from zoo.networks.network import (
     DuelingStreams,
     FeedForwardNetwork,
@@ -48,6 +48,7 @@ __all__ = [
     "AbstractCore",
     "AbstractHead",
     "CategoricalHead",
+    "ChannelLayerNorm",
     "DuelingStreams",
     "FeedForwardNetwork",
     "ImpalaCNN",

@@ -20,7 +20,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-__all__ = ["MLP", "NoisyLinear", "linear", "scale_noise"]
+__all__ = ["MLP", "NORM_EPS", "ChannelLayerNorm", "NoisyLinear", "linear", "scale_noise"]
+
+#: ε of every layer normalisation: Flax's ``nn.LayerNorm`` default, which purejaxql's PQN uses.
+NORM_EPS = 1e-6
 
 
 def scale_noise(x: Array) -> Array:
@@ -117,18 +120,42 @@ def linear(
 
 
 @typing.final
+class ChannelLayerNorm(eqx.Module):
+    """Layer normalisation over the channels of a ``[C, H, W]`` feature map, at each position,
+    with a learnt scale and bias per channel (Ba et al. 2016, "Layer Normalization",
+    https://arxiv.org/abs/1607.06450).
+
+    This is what Flax's ``nn.LayerNorm()`` computes on the channels-last maps of purejaxql's PQN
+    torsos (it normalises the last axis), written for Equinox's channels-first convolutions.
+    """
+
+    norm: eqx.nn.LayerNorm
+
+    def __init__(self, channels: int):
+        self.norm = eqx.nn.LayerNorm(channels, eps=NORM_EPS)
+
+    def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "c h w"]:
+        per_column = jax.vmap(self.norm, in_axes=1, out_axes=1)  # over W, given [C, W]
+        return jax.vmap(per_column, in_axes=1, out_axes=1)(x)  # over H
+
+
+@typing.final
 class MLP(eqx.Module):
     """A stack of dense layers with ReLU between them (and after the last if ``activate_final``).
 
     With no layers it is the identity. Each layer gets its own noise key (split from ``key``), so
-    noisy layers draw independent noise; ``key=None`` runs every layer deterministically.
+    noisy layers draw independent noise; ``key=None`` runs every layer deterministically. With
+    ``norm``, a layer normalisation (Ba et al. 2016) follows every layer that a ReLU follows,
+    before the ReLU (``dense → LayerNorm → ReLU``, as purejaxql's PQN networks).
 
     Attributes:
       layers: the dense layers, in order.
+      norms: one ``eqx.nn.LayerNorm`` per activated layer with ``norm``; empty without.
       activate_final: whether a ReLU follows the last layer.
     """
 
     layers: tuple[eqx.Module, ...]
+    norms: tuple[eqx.nn.LayerNorm, ...]
     activate_final: bool = eqx.field(static=True)
 
     def __init__(
@@ -139,6 +166,7 @@ class MLP(eqx.Module):
         activate_final: bool,
         noisy: bool = False,
         sigma0: float = 0.5,
+        norm: bool = False,
         key: PRNGKeyArray,
     ):
         """Args:
@@ -147,6 +175,7 @@ class MLP(eqx.Module):
         activate_final: whether a ReLU follows the last layer.
         noisy: whether every layer is a :class:`NoisyLinear`.
         sigma0: ``σ₀`` of noisy layers.
+        norm: a layer normalisation before each ReLU.
         key: initialisation key (keyword only).
         """
         keys = jax.random.split(key, len(sizes))
@@ -155,6 +184,8 @@ class MLP(eqx.Module):
             linear(n_in, n_out, noisy=noisy, sigma0=sigma0, key=k)
             for n_in, n_out, k in zip(widths[:-1], widths[1:], keys, strict=True)
         )
+        activated = list(sizes) if activate_final else list(sizes[:-1])
+        self.norms = tuple(eqx.nn.LayerNorm(n, eps=NORM_EPS) for n in activated) if norm else ()
         self.activate_final = activate_final
 
     @property
@@ -167,5 +198,7 @@ class MLP(eqx.Module):
         for i, (layer, layer_key) in enumerate(zip(self.layers, keys, strict=True)):
             x = layer(x, key=layer_key)
             if i < len(self.layers) - 1 or self.activate_final:
+                if self.norms:
+                    x = self.norms[i](x)
                 x = jax.nn.relu(x)
         return x

@@ -61,7 +61,8 @@ def _split(key: PRNGKeyArray | None, num: int) -> tuple[PRNGKeyArray | None, ...
 
 @typing.final
 class SingleStream(eqx.Module):
-    """Hidden ReLU layers, then one linear layer to ``A·N`` outputs, read as ``[A, N]``."""
+    """Hidden ReLU layers (each ``dense → LayerNorm → ReLU`` with ``norm``), then one linear layer
+    to ``A·N`` outputs, read as ``[A, N]``."""
 
     mlp: MLP
     num_actions: int = eqx.field(static=True)
@@ -76,6 +77,7 @@ class SingleStream(eqx.Module):
         *,
         noisy: bool = False,
         sigma0: float = 0.5,
+        norm: bool = False,
         key: PRNGKeyArray,
     ):
         self.mlp = MLP(
@@ -84,6 +86,7 @@ class SingleStream(eqx.Module):
             activate_final=False,
             noisy=noisy,
             sigma0=sigma0,
+            norm=norm,
             key=key,
         )
         self.num_actions = num_actions
@@ -123,10 +126,11 @@ class DuelingStreams(eqx.Module):
         *,
         noisy: bool = False,
         sigma0: float = 0.5,
+        norm: bool = False,
         key: PRNGKeyArray,
     ):
         vkey, akey = jax.random.split(key)
-        kwargs = {"activate_final": False, "noisy": noisy, "sigma0": sigma0}
+        kwargs = {"activate_final": False, "noisy": noisy, "sigma0": sigma0, "norm": norm}
         self.value = MLP(in_features, [*hidden, num_outputs], key=vkey, **kwargs)
         self.advantage = MLP(in_features, [*hidden, num_actions * num_outputs], key=akey, **kwargs)
         self.num_actions = num_actions
@@ -286,6 +290,7 @@ def build_network(
         head.num_outputs,
         noisy=bool(config.noisy),
         sigma0=float(config.noisy_sigma0),
+        norm=getattr(config, "norm", "none") == "layer_norm",
         key=stream_key,
     )
     network = (

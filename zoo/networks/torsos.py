@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from zoo.networks.layers import MLP
+from zoo.networks.layers import MLP, ChannelLayerNorm
 from zoo.registry import register
 
 __all__ = [
@@ -75,16 +75,24 @@ class NatureCNN(eqx.Module):
     ``conv 32×8×8 stride 4 → ReLU → conv 64×4×4 stride 2 → ReLU → conv 64×3×3 stride 1 → ReLU →
     flatten``, with VALID padding: ``[4, 84, 84] → [64, 7, 7] → 3136`` features. The paper's
     fully connected 512-unit layer is not part of the torso; it is ``network.hidden: [512]``.
+
+    With ``norm: layer_norm`` each convolution is followed by a layer normalisation over its
+    channels (:class:`~zoo.networks.layers.ChannelLayerNorm`) before the ReLU, as purejaxql's
+    PQN Atari network.
     """
 
     convs: tuple[eqx.nn.Conv2d, eqx.nn.Conv2d, eqx.nn.Conv2d]
+    norms: tuple[ChannelLayerNorm, ...] = ()
 
     def __call__(
         self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
     ) -> Float[Array, " features"]:
         del key
-        for conv in self.convs:
-            x = jax.nn.relu(conv(x))
+        for i, conv in enumerate(self.convs):
+            x = conv(x)
+            if self.norms:
+                x = self.norms[i](x)
+            x = jax.nn.relu(x)
         return jnp.ravel(x)
 
 
@@ -154,12 +162,16 @@ class MinAtarCNN(eqx.Module):
     """
 
     conv: eqx.nn.Conv2d
+    norms: tuple[ChannelLayerNorm, ...] = ()
 
     def __call__(
         self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
     ) -> Float[Array, " features"]:
         del key
-        return jnp.ravel(jax.nn.relu(self.conv(x)))
+        x = self.conv(x)
+        for norm in self.norms:  # none, or one layer normalisation (purejaxql's PQN)
+            x = norm(x)
+        return jnp.ravel(jax.nn.relu(x))
 
 
 #: The layers :func:`glorot_uniform` initialises.
@@ -198,23 +210,24 @@ def mlp_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) 
     for d in observation_shape:
         in_features *= int(d)
     sizes: Sequence[int] = list(config.sizes or ())
-    return MLPTorso(MLP(in_features, sizes, activate_final=True, key=key))
+    norm = getattr(config, "norm", "none") == "layer_norm"
+    return MLPTorso(MLP(in_features, sizes, activate_final=True, norm=norm, key=key))
 
 
 @register("torso", "nature_cnn")
 def nature_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) -> NatureCNN:
     """DQN's three-layer convolutional torso (Mnih et al. 2015); 3136 features at 84×84."""
-    del config
     _check_image(observation_shape, "nature_cnn")
     k0, k1, k2 = jax.random.split(key, 3)
     channels = int(observation_shape[0])
-    return NatureCNN(
-        (
-            eqx.nn.Conv2d(channels, 32, kernel_size=8, stride=4, key=k0),
-            eqx.nn.Conv2d(32, 64, kernel_size=4, stride=2, key=k1),
-            eqx.nn.Conv2d(64, 64, kernel_size=3, stride=1, key=k2),
-        )
+    convs = (
+        eqx.nn.Conv2d(channels, 32, kernel_size=8, stride=4, key=k0),
+        eqx.nn.Conv2d(32, 64, kernel_size=4, stride=2, key=k1),
+        eqx.nn.Conv2d(64, 64, kernel_size=3, stride=1, key=k2),
     )
+    norm = getattr(config, "norm", "none") == "layer_norm"
+    norms = tuple(ChannelLayerNorm(c.out_channels) for c in convs) if norm else ()
+    return NatureCNN(convs, norms)
 
 
 @register("torso", "impala_cnn")
@@ -254,12 +267,13 @@ def minatar_cnn_torso(
         int(config.channels),
         kernel_size=int(config.kernel_size),
         stride=1,
-        padding="SAME",
+        padding=getattr(config, "padding", "SAME"),
         key=conv_key,
     )
     if config.init == "glorot_uniform":
         conv = glorot_uniform(conv, init_key)
-    return MinAtarCNN(conv)
+    norm = getattr(config, "norm", "none") == "layer_norm"
+    return MinAtarCNN(conv, (ChannelLayerNorm(int(config.channels)),) if norm else ())
 
 
 @register("torso", "auto")

@@ -71,7 +71,7 @@ def build_replay(
     observation_dtype: Any,
     stack: int = 1,
     core_state: PyTree | None = None,
-) -> TransitionReplay | SequenceReplay:
+) -> Any:
     """Build the replay a spec describes; allocates nothing (call ``init()``).
 
     Args:
@@ -89,15 +89,27 @@ def build_replay(
     Returns:
       A :class:`TransitionReplay` (feed-forward) or :class:`SequenceReplay` (``replay.sequence``
       set; sequence items start every ``period`` slots, and the slots per env are rounded down to
-      a multiple of ``period``).
+      a multiple of ``period``); with a ``rollout`` section, no replay but the data kind that
+      replaces it, a :class:`zoo.rollout.RolloutStore` of ``rollout.length`` vector steps (stacked
+      observations stored whole).
 
     Raises:
       ValueError: the capacity per env is too small for one window (with its frame stack), or a
         stored-state sequence replay got no ``core_state`` template.
     """
-    replay = spec.replay
     if num_envs < 1:
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+    if getattr(spec, "rollout", None) is not None:
+        # the replay-free data kind (PQN): the latest rollout only, learned from whole
+        from zoo.rollout import build_rollout  # zoo.rollout imports the learn step
+
+        return build_rollout(
+            spec,
+            num_envs=num_envs,
+            observation_shape=observation_shape,
+            observation_dtype=observation_dtype,
+        )
+    replay = spec.replay
     per_env = replay.capacity // num_envs
     common: dict[str, Any] = dict(
         num_envs=num_envs,

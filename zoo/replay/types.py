@@ -36,6 +36,10 @@ class StepBatch(NamedTuple):
         (whose observation is the final one and whose action the env ignores).
       core_state: recurrent actor state *before* acting at ``observation``, leaves with leading
         axis ``N``; ``None`` for feed-forward agents.
+      next_observation: ``[N, *observation_shape]`` the observation the environment answered
+        with (at a game's end the final one), or ``None``. The ring replay ignores it (slot
+        ``t + 1`` holds it); a rollout store (:mod:`zoo.rollout`) bootstraps its last step
+        from it.
     """
 
     observation: Array
@@ -46,6 +50,7 @@ class StepBatch(NamedTuple):
     first: Array
     valid: Array
     core_state: PyTree | None = None
+    next_observation: Array | None = None
 
 
 class SampleInfo(NamedTuple):

@@ -70,6 +70,7 @@ from zoo.spec.loss import (
     Munchausen,
     NoRegularizer,
     QValueRegularizer,
+    ScaleTransform,
     SignedHyperbolicTransform,
     SoftBootstrap,
     SquaredTd,
@@ -90,10 +91,11 @@ from zoo.spec.network import (
     network_parameter_lower_bound,
     physical_memory,
 )
-from zoo.spec.optimizers import Adam, Optimizer, RmsProp
+from zoo.spec.optimizers import Adam, Optimizer, RAdam, RmsProp
 from zoo.spec.overrides import OVERRIDES_SOURCE, apply_overrides, parse_overrides
 from zoo.spec.presets import Budget, EnvSpec, Preset, Reference
 from zoo.spec.replay import ReplaySpec, SequenceSpec
+from zoo.spec.rollout import RolloutSpec
 from zoo.spec.schedules import ConstantSchedule, ExponentialSchedule, LinearSchedule, Schedule
 
 __all__ = [
@@ -137,9 +139,12 @@ __all__ = [
     "QHead",
     "QValueRegularizer",
     "QuantileHead",
+    "RAdam",
     "Reference",
     "ReplaySpec",
     "RmsProp",
+    "RolloutSpec",
+    "ScaleTransform",
     "Schedule",
     "ScheduleSpec",
     "SequenceSpec",

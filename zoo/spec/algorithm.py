@@ -20,6 +20,7 @@ from zoo.spec.loss import LossSpec
 from zoo.spec.network import NetworkSpec
 from zoo.spec.optimizers import Adam, Optimizers
 from zoo.spec.replay import ReplaySpec
+from zoo.spec.rollout import RolloutSpec
 from zoo.spec.schedules import LinearSchedule, Schedule, probability_problems
 
 __all__ = ["AlgorithmSpec", "ScheduleSpec", "spec_problems"]
@@ -68,8 +69,14 @@ class AlgorithmSpec(Model):
     network: NetworkSpec = Field(default_factory=NetworkSpec, description="the network")
     loss: LossSpec = Field(default_factory=LossSpec, description="the loss")
     replay: ReplaySpec = Field(default_factory=ReplaySpec, description="the replay")
+    rollout: RolloutSpec | None = Field(
+        None,
+        description="null (learn from the replay) | {length, epochs, minibatches, td_lambda, "
+        "trace, truncation}: learn from each rollout of T vector steps with Q(λ) targets and no "
+        "replay (PQN, Gallici et al. 2024); replay.* and schedule.update_period are then unused",
+    )
     optimizer: _Optimizer = Field(
-        default_factory=lambda: Adam(), description="{kind: adam | rmsprop, ...}"
+        default_factory=lambda: Adam(), description="{kind: adam | rmsprop | radam, ...}"
     )
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="the schedules")
 

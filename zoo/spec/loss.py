@@ -26,6 +26,7 @@ __all__ = [
     "Munchausen",
     "NoRegularizer",
     "QValueRegularizer",
+    "ScaleTransform",
     "SignedHyperbolicTransform",
     "SoftBootstrap",
     "SquaredTd",
@@ -109,6 +110,14 @@ class SignedHyperbolicTransform(Component):
     eps: float = Field(1e-3, gt=0, description="the linear term ε")
 
 
+class ScaleTransform(Component):
+    """h(x) = factor·x: the network learns values in units of ``factor``, i.e. rewards scaled
+    by it (purejaxql's ``REW_SCALE``); h(r + γ·h⁻¹(q)) = factor·r + γ·q."""
+
+    kind: Literal["scale"] = "scale"
+    factor: float = Field(gt=0, description="the factor on values (and so on rewards)")
+
+
 class NoRegularizer(Component):
     """No extra term."""
 
@@ -144,7 +153,9 @@ class MaxMeanPriority(Component):
 _Bootstrap = axis("bootstrap", Union[MaxBootstrap, DoubleBootstrap, SoftBootstrap], "max")
 _Td = axis("td", Union[SquaredTd, HuberTd, CrossEntropyTd], None)
 _Transform = axis(
-    "value_transform", Union[IdentityTransform, SignedHyperbolicTransform], "identity"
+    "value_transform",
+    Union[IdentityTransform, SignedHyperbolicTransform, ScaleTransform],
+    "identity",
 )
 _Regularizer = axis("regularizer", Union[NoRegularizer, QValueRegularizer], "none")
 _Priority = axis("priority", Union[AbsTdPriority, AbsLossPriority, MaxMeanPriority], "abs_td")
@@ -175,7 +186,8 @@ class LossSpec(Model):
     n_step: int = Field(1, ge=1, description="n of n-step returns")
     value_transform: _Transform = Field(
         default_factory=lambda: IdentityTransform(),
-        description="identity | {kind: signed_hyperbolic, eps}: targets are h(r + γ·h⁻¹(q))",
+        description="identity | {kind: signed_hyperbolic, eps} | {kind: scale, factor}: targets "
+        "are h(r + γ·h⁻¹(q))",
     )
     regularizer: _Regularizer = Field(
         default_factory=lambda: NoRegularizer(), description="none | {kind: q_value, coeff}"

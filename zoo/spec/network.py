@@ -25,6 +25,7 @@ __all__ = [
     "MlpTorso",
     "NatureCnnTorso",
     "NetworkSpec",
+    "Norm",
     "QHead",
     "QuantileHead",
     "format_bytes",
@@ -36,6 +37,17 @@ __all__ = [
 #: A layer width (units or channels): a layer of 0 units computes nothing.
 Width = Annotated[int, Field(gt=0)]
 
+#: A layer normalisation option (Ba et al. 2016): ``none`` or ``layer_norm``.
+Norm = Literal["none", "layer_norm"]
+
+
+def _norm_field(where: str) -> Norm:
+    return Field(
+        "none",
+        description=f"none | layer_norm: a layer normalisation {where}, before the ReLU "
+        "(Ba et al. 2016; where purejaxql's PQN networks put it)",
+    )
+
 
 class AutoTorso(Component):
     """Nature CNN for rank-3 (image) observations, else an MLP of ``sizes``."""
@@ -44,6 +56,7 @@ class AutoTorso(Component):
     sizes: list[Width] = Field(
         default_factory=list, description="MLP layer sizes used for non-image observations"
     )
+    norm: Norm = _norm_field("after each layer (the MLP's, or the Nature CNN's convolutions)")
 
 
 class MlpTorso(Component):
@@ -51,12 +64,14 @@ class MlpTorso(Component):
 
     kind: Literal["mlp"] = "mlp"
     sizes: list[Width] = Field(default_factory=list, description="dense layer sizes")
+    norm: Norm = _norm_field("after each dense layer")
 
 
 class NatureCnnTorso(Component):
     """Mnih et al. 2015: conv 32×8×8/4, 64×4×4/2, 64×3×3/1, ReLU; the fc512 comes from `hidden`."""
 
     kind: Literal["nature_cnn"] = "nature_cnn"
+    norm: Norm = _norm_field("over the channels after each convolution")
 
 
 class MinatarCnnTorso(Component):
@@ -71,6 +86,12 @@ class MinatarCnnTorso(Component):
         "uniform) with zero bias (Revisiting Rainbow's MinAtar configs) | default (Equinox's "
         "U(±1/√fan_in))",
     )
+    padding: Literal["SAME", "VALID"] = Field(
+        "SAME",
+        description="SAME (Revisiting Rainbow's, [C, 10, 10] → 1600 features) | VALID "
+        "(purejaxql's PQN, → 1024 features)",
+    )
+    norm: Norm = _norm_field("over the channels after the convolution")
 
 
 class ImpalaCnnTorso(Component):
@@ -178,6 +199,7 @@ class NetworkSpec(Model):
         description="dense ReLU layers between torso (or core) and the output layer; with "
         "dueling each stream has its own copy; noisy when `noisy` is true",
     )
+    norm: Norm = _norm_field("after each `hidden` layer (each stream's, with dueling)")
     dueling: bool = Field(False, description="dueling streams V + A − mean(A) (Wang et al. 2016)")
     noisy: bool = Field(
         False,

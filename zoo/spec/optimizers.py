@@ -13,7 +13,7 @@ from zoo.spec.schedules import Schedule, learning_rate_problems
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.spec.algorithm import AlgorithmSpec
 
-__all__ = ["Adam", "Optimizer", "Optimizers", "RmsProp"]
+__all__ = ["Adam", "Optimizer", "Optimizers", "RAdam", "RmsProp"]
 
 
 class Optimizer(Component):
@@ -54,4 +54,41 @@ class RmsProp(Optimizer):
     )
 
 
-Optimizers = Union[Adam, RmsProp]
+class RAdam(Optimizer):
+    """RAdam, rectified Adam (Liu et al. 2020); PQN's optimizer (Gallici et al. 2024).
+
+    Liu et al. 2020, "On the Variance of the Adaptive Learning Rate and Beyond",
+    https://arxiv.org/abs/1908.03265: Adam whose adaptive step is switched on only once the
+    variance of its second-moment estimate is tractable (momentum SGD steps before that).
+    """
+
+    kind: Literal["radam"] = "radam"
+    learning_rate: Schedule = Field(2.5e-4, description="step size; schedules in learner updates")
+    b1: float = Field(0.9, ge=0, lt=1, description="first-moment decay")
+    b2: float = Field(0.999, ge=0, lt=1, description="second-moment decay")
+    eps: float = Field(1e-8, ge=0, description="denominator epsilon (optax's default)")
+    threshold: float = Field(
+        5.0,
+        gt=0,
+        description="adaptive steps start once the SMA length ρ_t exceeds this (optax's default; "
+        "the paper rectifies once ρ_t > 4)",
+    )
+    max_grad_norm: float | None = Field(
+        None, gt=0, description="clip gradients to this global norm; null = no clipping"
+    )
+
+    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+        """The learning rate's checks; the rectification must be reachable."""
+        yield from super().spec_problems(spec)
+        # ρ_t rises towards ρ_∞ = 2/(1 − b2) − 1; a threshold at or above it never rectifies
+        rho_inf = 2.0 / (1.0 - self.b2) - 1.0
+        if self.threshold >= rho_inf:
+            yield (
+                "optimizer.threshold",
+                f"threshold={self.threshold} is not below ρ_∞ = 2/(1 − b2) − 1 = {rho_inf:.3g} "
+                f"for b2={self.b2}, so RAdam would never take an adaptive step; lower "
+                "`optimizer.threshold` or raise `optimizer.b2`",
+            )
+
+
+Optimizers = Union[Adam, RmsProp, RAdam]
