@@ -94,6 +94,12 @@ def test_replay_axis_exists() -> None:
     """The replay kinds are registered like every other axis."""
     assert "replay" in registry.AXES
     assert registry.names("replay") == ["prioritized", "uniform"]
+    # the spec knows the built-in kinds without importing JAX; it must agree with the registry
+    from zoo.spec.replay import BUILTIN_KINDS
+
+    assert sorted(BUILTIN_KINDS) == registry.names("replay")
+    for name, by_priority in BUILTIN_KINDS.items():
+        assert registry.get("replay", name)(None).prioritized is by_priority
 
 
 def test_entries_carry_their_docstring_summary() -> None:

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.replay import PRIORITY_FLOOR, StepBatch, build_replay
+from zoo import registry
+from zoo.replay import PRIORITY_FLOOR, ReplayKind, StepBatch, build_replay, proportional_sample
 
 # --------------------------------------------------------------------------- helpers
 
@@ -353,6 +354,76 @@ def test_prioritized_sampling_follows_priorities():
     assert np.all(np.isfinite(np.asarray(state.weight)))
     _, info = fns.sample(state, jax.random.key(4), draws)
     assert np.all(np.isfinite(np.asarray(info.probability)))
+
+
+def rank_rule(alpha: float):
+    """Rank-based prioritisation (Schaul et al. 2016, the paper's second variant), written for
+    the test: ``P(i) ∝ rank(i)^-α`` with rank 1 the highest-priority eligible item."""
+
+    def sample(key, weights, batch_size):
+        eligible = weights > 0
+        order = jnp.argsort(jnp.where(eligible, -weights, jnp.inf))  # eligible, descending
+        rank = (
+            jnp.zeros(weights.shape, jnp.int32)
+            .at[order]
+            .set(jnp.arange(1, weights.size + 1, dtype=jnp.int32))
+        )
+        return proportional_sample(key, jnp.where(eligible, rank ** (-alpha), 0.0), batch_size)
+
+    return sample
+
+
+@pytest.fixture
+def rank_based_kind():
+    """A replay kind registered by user code for one test, removed afterwards."""
+
+    @registry.register("replay", "test_rank_based")
+    def rank_based(config) -> ReplayKind:
+        """Rank-based prioritised sampling (Schaul et al. 2016)."""
+        return ReplayKind(prioritized=True, sample=rank_rule(config.priority_exponent))
+
+    yield "test_rank_based"
+    registry.unregister("replay", "test_rank_based")
+
+
+def test_a_user_replay_kind_is_one_registration(rank_based_kind):
+    """A registered kind validates in the spec, draws by its own rule, and makes the loss return
+    priorities; unknown kinds are refused with the known ones listed."""
+    alpha, steps = 0.7, 41
+    overrides = {
+        "replay.kind": rank_based_kind,
+        "replay.capacity": 64,
+        "replay.min_size": 1,
+        "replay.batch_size": 1,
+        "replay.priority_exponent": alpha,
+        "loss.n_step": 1,
+        "loss.reward_clip": None,
+        "loss.importance_exponent": 0.5,  # refused for a kind that does not sample by priority
+    }
+    spec = zoo.load_algorithm("dqn", overrides=overrides)
+    assert spec.replay.kind == rank_based_kind and zoo.build_loss(spec).prioritized
+    replay = build_replay(spec, num_envs=1, observation_shape=(2,), observation_dtype=jnp.float32)
+    assert replay.prioritized
+    state = fill(replay, random_streams(np.random.default_rng(0), 1, steps, p_end=0.0), steps)
+    items = np.arange(steps - 1)
+    priorities = 0.05 + (items % 7) * 0.4 + (items == 3) * 3.0 + items * 1e-3  # no ties
+    fns, draws = jitted(replay), 20_000
+    state = fns.update(state, jnp.asarray(items, jnp.int32), jnp.asarray(priorities, jnp.float32))
+    rank = np.empty(len(items))
+    rank[np.argsort(-priorities)] = np.arange(1, len(items) + 1)
+    target = rank**-alpha / np.sum(rank**-alpha)
+    _, info = fns.sample(state, jax.random.key(1), draws)
+    counts = np.bincount(np.asarray(info.indices), minlength=len(items))
+    assert counts.shape == (len(items),)  # nothing ineligible drawn
+    assert _chi_square_ok(counts, target)
+    np.testing.assert_allclose(info.probability, target[np.asarray(info.indices)], rtol=1e-5)
+    proportional = priorities**alpha / np.sum(priorities**alpha)
+    assert not _chi_square_ok(counts, proportional)  # not the built-in rule
+
+    with pytest.raises(zoo.SpecError, match=r"unknown replay kind 'prioritised'.*'prioritized'"):
+        zoo.load_algorithm("dqn", overrides={**overrides, "replay.kind": "prioritised"})
+    with pytest.raises(zoo.SpecError, match="importance weights correct prioritised sampling"):
+        zoo.load_algorithm("dqn", overrides={**overrides, "replay.kind": "uniform"})
 
 
 def test_uniform_update_priorities_is_a_no_op():

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from zoo.replay.base import PRIORITY_FLOOR, Replay
 from zoo.replay.frames import stacked_frames
 from zoo.replay.kinds import ReplayKind, replay_kind
-from zoo.replay.sampling import proportional_sample
+from zoo.replay.sampling import SampleRule, proportional_sample
 from zoo.replay.sequences import SequenceReplay
 from zoo.replay.transitions import TransitionReplay, n_step_window
 from zoo.replay.types import PendingPriorities, ReplayState, SampleInfo, StepBatch
@@ -52,6 +52,7 @@ __all__ = [
     "ReplayKind",
     "ReplayState",
     "SampleInfo",
+    "SampleRule",
     "SequenceReplay",
     "StepBatch",
     "TransitionReplay",
@@ -111,12 +112,14 @@ def build_replay(
         )
     replay = spec.replay
     per_env = replay.capacity // num_envs
+    kind = replay_kind(spec)
     common: dict[str, Any] = dict(
         num_envs=num_envs,
         stack=stack,
         observation_shape=tuple(observation_shape),
         observation_dtype=observation_dtype,
-        prioritized=replay_kind(spec).prioritized,
+        prioritized=kind.prioritized,
+        sample_rule=kind.sample,
         priority_exponent=replay.priority_exponent,
     )
     seq = replay.sequence

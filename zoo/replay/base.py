@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo.replay.frames import stacked_frames
-from zoo.replay.sampling import proportional_sample
+from zoo.replay.sampling import SampleRule, proportional_sample
 from zoo.replay.types import PendingPriorities, ReplayState, SampleInfo, StepBatch
 
 Array = jax.Array
@@ -73,6 +73,8 @@ class Replay(abc.ABC):
       after: slots an item reads after its first one.
       prioritized: whether sampling follows stored priorities.
       priority_exponent: ``α``.
+      sample_rule: the replay kind's draw over the flat item weights (see
+        :class:`zoo.replay.ReplayKind`); proportional by default.
       observation_shape: the (stacked) observation shape the actor sees.
       frame_shape: what one slot stores.
       observation_dtype: the dtype of stored frames.
@@ -91,6 +93,7 @@ class Replay(abc.ABC):
         prioritized: bool,
         priority_exponent: float,
         core_state: PyTree | None,
+        sample_rule: SampleRule = proportional_sample,
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
@@ -116,6 +119,7 @@ class Replay(abc.ABC):
         self.observation_dtype = jnp.dtype(observation_dtype)
         self.prioritized = prioritized
         self.priority_exponent = float(priority_exponent)
+        self.sample_rule = sample_rule
         self._core_template = None if core_state is None else jax.tree.map(jnp.asarray, core_state)
 
     # ------------------------------------------------------------------------ memory
@@ -367,12 +371,15 @@ class Replay(abc.ABC):
         return self.size(state) >= batch_size
 
     def sample(self, state: ReplayState, key: Array, batch_size: int) -> tuple[Any, SampleInfo]:
-        """Draw ``batch_size`` items with replacement, ``P(i) ∝ p_i^α`` over eligible items.
+        """Draw ``batch_size`` items with replacement by the kind's rule over eligible items.
+
+        ``P(i) ∝ p_i^α`` for ``prioritized`` (uniform over eligible items without priorities);
+        another registered kind supplies its own rule (:class:`zoo.replay.ReplayKind`).
 
         ``batch_size`` is static (``jax.jit(replay.sample, static_argnums=2)``). Check
         :meth:`can_sample` first: with no eligible item the batch is garbage with probability 0.
         """
-        indices, probability = proportional_sample(key, self._weights(state), batch_size)
+        indices, probability = self.sample_rule(key, self._weights(state), batch_size)
         env = indices // self.items_per_env
         item = indices % self.items_per_env
         batch = self._batch(state, env, item, probability)

@@ -22,13 +22,17 @@ prioritised ``Replay.sample`` (eligibility and weights included; see :mod:`zoo.r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
 Array = jax.Array
 
-__all__ = ["block_size", "proportional_sample"]
+SampleRule = Callable[[Array, Array, int], tuple[Array, Array]]
+"""A replay kind's draw: ``(key, weights [M], batch_size) -> (indices [B] int32, P(i) [B])``."""
+
+__all__ = ["SampleRule", "block_size", "proportional_sample"]
 
 
 def block_size(num_items: int) -> int:

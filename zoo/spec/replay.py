@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from zoo import registry
 from zoo.spec.base import Model
 from zoo.spec.network import RECURRENT_NEEDS_SEQUENCES
 
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.spec.algorithm import AlgorithmSpec
 
-__all__ = ["ReplaySpec", "SequenceSpec"]
+__all__ = ["BUILTIN_KINDS", "ReplaySpec", "SequenceSpec", "samples_by_priority"]
+
+BUILTIN_KINDS: dict[str, bool] = {"uniform": False, "prioritized": True}
+"""The built-in replay kinds (:mod:`zoo.replay.kinds`) and whether each samples by priority,
+known here without importing JAX (a test holds the two in agreement)."""
+
+
+def samples_by_priority(replay: ReplaySpec) -> bool:
+    """Whether ``replay.kind`` samples by stored priorities (a user kind is asked its factory)."""
+    if replay.kind in BUILTIN_KINDS:
+        return BUILTIN_KINDS[replay.kind]
+    return bool(registry.get("replay", replay.kind)(replay).prioritized)
 
 
 class SequenceSpec(Model):
@@ -51,8 +63,10 @@ class SequenceSpec(Model):
 class ReplaySpec(Model):
     """Replay memory."""
 
-    kind: Literal["uniform", "prioritized"] = Field(
-        "uniform", description="uniform | prioritized (proportional, Schaul et al. 2016)"
+    kind: str = Field(
+        "uniform",
+        description="a registered replay kind: uniform | prioritized (proportional, Schaul et "
+        "al. 2016) | one registered with zoo.registry.register('replay', NAME)",
     )
     capacity: int = Field(1_000_000, gt=0, description="items held, in transitions")
     min_size: int = Field(20_000, ge=1, description="transitions inserted before learning starts")
@@ -66,10 +80,23 @@ class ReplaySpec(Model):
         "stored length = burn_in + trace_length + 1",
     )
 
+    @field_validator("kind")
+    @classmethod
+    def _registered(cls, kind: str) -> str:
+        known = sorted(set(BUILTIN_KINDS) | set(registry.names("replay", load=False)))
+        if kind not in known:
+            close = registry.suggest(kind, known)
+            hint = f"did you mean {close!r}? " if close else ""
+            raise ValueError(
+                f"unknown replay kind {kind!r}; {hint}known: {', '.join(known)} (a new kind is "
+                "registered with zoo.registry.register('replay', NAME) before the spec is loaded)"
+            )
+        return kind
+
     def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
         """Sizes that cannot work together; importance weights without prioritised sampling."""
         beta = spec.loss.importance_exponent
-        if self.kind == "uniform" and not (beta.kind == "constant" and beta.value == 0.0):
+        if not samples_by_priority(self) and not (beta.kind == "constant" and beta.value == 0.0):
             yield (
                 "loss.importance_exponent",
                 "importance weights correct prioritised sampling and do nothing with uniform "
