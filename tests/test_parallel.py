@@ -53,9 +53,13 @@ def test_two_devices_give_the_single_device_update():
             assert row["priorities"] <= 1e-5, row
 
 
-@pytest.mark.parametrize(("name", "path"), [("prioritized_ddqn", "host"), ("r2d2", "host")])
+@pytest.mark.parametrize(
+    ("name", "path"), [("prioritized_ddqn", "host"), ("r2d2", "host"), ("pqn", "host")]
+)
 def test_training_loop_is_data_parallel_over_local_devices(name, path):
-    """The loop body on 2 forced devices (shard_map) equals the loop on one device.
+    """The loop body on 2 forced devices (shard_map) equals the loop on one device; for the
+    rollout learner (PQN) each minibatch update is the one split, and a minibatch the devices
+    cannot split is refused naming the rollout fields that set it.
 
     Only the host path: envpool's XLA step is a side-effecting custom call that XLA's SPMD
     partitioner cannot place, so with several devices runs use the host path (zoo.run picks it).
@@ -74,6 +78,15 @@ def test_training_loop_is_data_parallel_over_local_devices(name, path):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     if single["priorities"] is not None:
         np.testing.assert_allclose(single["priorities"], double["priorities"], rtol=1e-4, atol=1e-5)
+    assert single["refused"] is None
+    if name == "pqn":
+        assert double["refused"] == (
+            "rollout.length × num_envs / rollout.minibatches = 8 × 2 / 16 gives 1 items per "
+            "update, which cannot be split evenly over the learner's 2 devices: choose values "
+            "that make it a multiple of 2"
+        )
+    else:
+        assert double["refused"] is None
 
 
 def free_port() -> int:

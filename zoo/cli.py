@@ -441,6 +441,7 @@ def _bench_run(args: argparse.Namespace) -> int:
         overrides=spec.parse_overrides(args.set or []),
         eval_episodes=args.eval_episodes,
         eval_every=args.eval_every,
+        eval_max_steps=args.eval_max_steps,
         checkpoint_every=args.checkpoint_every,
         num_envs=args.num_envs,
         loop=args.loop,
@@ -789,6 +790,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--eval-episodes", type=_COUNT, help="games per evaluation (default 10)")
     p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
+    p.add_argument(
+        "--eval-max-steps",
+        type=_COUNT,
+        help="cap on agent steps per evaluation of new runs (games unfinished at the cap are "
+        "left out of it)",
+    )
     p.add_argument("--checkpoint-every", type=_COUNT, help="transitions between checkpoints")
     p.add_argument("--num-envs", type=_NUM_ENVS, help="parallel environments of new runs")
     p.add_argument(

@@ -131,16 +131,34 @@ class LearnStep:
       learner: the learner whose update runs (:class:`~zoo.learner.Learner` or
         :class:`~zoo.learner.DataParallelLearner`).
       replay: the replay sampled from.
-      batch_size: items per batch (``replay.batch_size``).
+      batch_size: items per update (``replay.batch_size``).
+      batch_field: the spec field(s) that set ``batch_size``, named when it does not divide
+        evenly over the learner's devices.
 
     Attributes:
       metric_names: the loss's metric names, the order of ``LearnCarry.metric_sums``.
+
+    Raises:
+      ValueError: ``batch_size`` is not a multiple of the learner's devices (``num_shards``).
     """
 
-    def __init__(self, learner: Learner | DataParallelLearner, replay: Replay, batch_size: int):
+    def __init__(
+        self,
+        learner: Learner | DataParallelLearner,
+        replay: Replay,
+        batch_size: int,
+        batch_field: str = "replay.batch_size",
+    ):
         self.learner = learner
         self.replay = replay
         self.batch_size = int(batch_size)
+        shards = learner.num_shards
+        if self.batch_size % shards != 0:
+            raise ValueError(
+                f"{batch_field} gives {self.batch_size} items per update, which cannot be split "
+                f"evenly over the learner's {shards} devices: choose values that make it a "
+                f"multiple of {shards}"
+            )
         self.metric_names = tuple(learner.loss.metric_names)
 
     def init(self, learner_state: LearnerState, key: jax.Array) -> LearnCarry:

@@ -59,9 +59,11 @@ class Learner:
     Attributes:
       loss: the composed loss (its ``metric_names`` and ``prioritized`` describe ``LossAux``).
       num_devices: the local devices one update runs on (1).
+      num_shards: the parts each update's batch is split into (1: taken whole).
     """
 
     num_devices = 1
+    num_shards = 1
 
     def __init__(self, spec: AlgorithmSpec, *, axis_name: str | None = None):
         self.spec = spec
@@ -149,17 +151,15 @@ class DataParallelLearner:
         local = [d for d in self.devices if d.process_index == jax.process_index()]
         self.num_devices = len(local)
         self._multiprocess = len(local) < len(self.devices)
-        batch = spec.replay.batch_size
-        total = len(self.devices)
-        if batch % total != 0:
-            raise ValueError(
-                f"replay.batch_size={batch} must divide evenly over {total} devices; set "
-                f"--set replay.batch_size=<a multiple of {total}>"
-            )
         self.learner = Learner(spec, axis_name=self.axis_name)
         self.loss = self.learner.loss
         self.mesh = Mesh(np.asarray(self.devices), (self.axis_name,))
         self._compiled: dict[Any, Any] = {}
+
+    @property
+    def num_shards(self) -> int:
+        """The parts each update's global batch is split into: one per device of the mesh."""
+        return len(self.devices)
 
     def __repr__(self) -> str:
         return f"DataParallelLearner({self.spec.name or 'custom'}, devices={len(self.devices)})"
@@ -201,6 +201,12 @@ class DataParallelLearner:
         priorities of ``batch``'s items in its order (``None`` when the spec does not
         prioritise).
         """
+        size = jax.tree.leaves(batch)[0].shape[0]
+        if size % self.num_devices != 0:
+            raise ValueError(
+                f"a batch of {size} items cannot be split evenly over this process's "
+                f"{self.num_devices} devices; give a multiple of {self.num_devices}"
+            )
         arrays, static = eqx.partition(state, eqx.is_array)
         if not self._multiprocess:
             new_arrays, aux = self._sharded(static)(arrays, batch)

@@ -52,7 +52,8 @@ class RunTarget:
       preset: the preset's name when ``algorithm`` names a preset (``run.yaml``'s ``preset``).
       protocol: the evaluation protocol; ``None`` lets the preset or environment choose.
       overrides: dotted overrides for a new run (a resumed run keeps its own spec).
-      eval_episodes, eval_every, checkpoint_every, num_envs, loop: settings of a new run, as
+      eval_episodes, eval_every, eval_max_steps, checkpoint_every, num_envs, loop: settings of a
+        new run, as
         :func:`zoo.run.train` takes them (``None``: its default); a resumed run keeps its own.
     """
 
@@ -66,6 +67,7 @@ class RunTarget:
     overrides: Mapping[str, Any] | None = None
     eval_episodes: int | None = None
     eval_every: int | None = None
+    eval_max_steps: int | None = None
     checkpoint_every: int | None = None
     num_envs: int | None = None
     loop: str | None = None
@@ -242,6 +244,7 @@ def ensure_run(
             run_dir=path,
             protocol=target.protocol,
             eval_every=target.eval_every,
+            eval_max_steps=target.eval_max_steps,
             checkpoint_every=target.checkpoint_every,
             eval_episodes=target.eval_episodes,
             progress=progress,

@@ -229,7 +229,13 @@ class RolloutLearnStep(LearnStep):
         self.epochs = int(rollout.epochs)
         self.minibatches = int(rollout.minibatches)
         self.minibatch_size = self.size // self.minibatches
-        super().__init__(learner, store, self.minibatch_size)
+        super().__init__(
+            learner,
+            store,
+            self.minibatch_size,
+            batch_field=f"rollout.length × num_envs / rollout.minibatches = {store.length} × "
+            f"{store.num_envs} / {self.minibatches}",
+        )
         # a host driver's calls (jitted once per learn step; see learn)
         self._host_targets = async_jit(self.targets)
         self._host_minibatch = async_jit(self.minibatch_update)

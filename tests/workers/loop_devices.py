@@ -46,9 +46,28 @@ def build(spec, num_envs: int):
     return env, loop, carry
 
 
+def small_rollout(minibatches: int = 4) -> zoo.AlgorithmSpec:
+    """pqn_cartpole with rollouts of 8 steps × 2 environments: 2 epochs of ``minibatches``."""
+    base = zoo.spec.algorithm_for(zoo.load_preset("pqn_cartpole"))
+    overrides = {
+        "network.hidden": [32],
+        "rollout.length": 8,
+        "rollout.epochs": 2,
+        "rollout.minibatches": minibatches,
+        "schedule.target_update_period": 2 * minibatches,
+    }
+    return zoo.load_algorithm(base, overrides=overrides)
+
+
 def main() -> None:
     name, path = sys.argv[1], sys.argv[2]
-    spec = small(name)
+    spec = small_rollout() if name == "pqn" else small(name)
+    refused = None
+    if name == "pqn" and learner_for_devices(spec).num_shards > 1:
+        try:  # 16 minibatches of 8 × 2 items: one item each, which 2 devices cannot split
+            build(small_rollout(minibatches=16), num_envs=2)
+        except ValueError as error:
+            refused = str(error)
     env, loop, carry = build(spec, num_envs=2)
     carry, actions = loop.first_act(carry, env.reset())
     if path == "compiled":
@@ -67,8 +86,9 @@ def main() -> None:
                 "updates": int(carry.learner.updates),
                 "params": [jnp.ravel(x)[:64].tolist() for x in leaves],
                 "priorities": None
-                if carry.replay.weight is None
+                if getattr(carry.replay, "weight", None) is None
                 else jnp.ravel(carry.replay.weight).tolist(),
+                "refused": refused,
             }
         )
     )

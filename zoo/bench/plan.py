@@ -108,6 +108,7 @@ def plan_bench(
     overrides: Mapping[str, Any] | None = None,
     eval_episodes: int | None = None,
     eval_every: int | None = None,
+    eval_max_steps: int | None = None,
     checkpoint_every: int | None = None,
     num_envs: int | None = None,
     loop: str | None = None,
@@ -125,7 +126,8 @@ def plan_bench(
       frames: budget per run in frames (default: the suite's); agent steps = frames / skip.
       games: a subset of the suite's games (default: all of them).
       overrides: dotted overrides for new runs (``--set``); resumed runs keep their own spec.
-      eval_episodes, eval_every, checkpoint_every, num_envs, loop: settings of new runs.
+      eval_episodes, eval_every, eval_max_steps, checkpoint_every, num_envs, loop: settings of
+        new runs.
       cpus, gpus: what each run claims.
       log: where notes go.
 
@@ -189,6 +191,7 @@ def plan_bench(
             overrides=overrides,
             eval_episodes=eval_episodes,
             eval_every=eval_every,
+            eval_max_steps=eval_max_steps,
             checkpoint_every=checkpoint_every,
             num_envs=num_envs,
             loop=loop,

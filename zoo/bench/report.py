@@ -6,14 +6,16 @@ writes ``bench.md``, ``bench.json`` and PNG plots.
 
 **Which score of a run.** A run is *finished* when its training log reached its budget
 (``total_env_steps`` of its ``run.yaml``); the algorithm's budget is the largest of its runs'.
-The score of a finished run is its greedy **evaluation** at the budget (``eval.jsonl``: the mean
-return over the evaluation games, :func:`zoo.compare.evaluation_statistic`); a run without one
-(no evaluation at its final step, or one that finished no game) falls back to its **training**
-statistic: the mean return of the training games that ended in the window before the budget
-(:func:`zoo.compare.training_statistic`, with the window of the preset's reference series, e.g.
-Dopamine's 1M-frame iteration, else 10% of the budget). Each run's statistic is in ``bench.json``
-and the report counts the fallbacks. Unfinished, unstarted and unreadable runs are listed, never
-silently dropped, and are left out of every number.
+The score of a finished run is the suite's statistic (:attr:`zoo.bench.suites.Suite.statistic`;
+``evaluation`` without a suite). ``evaluation``: its greedy evaluation at the budget
+(``eval.jsonl``: the mean return over the evaluation games,
+:func:`zoo.compare.evaluation_statistic`). ``training``: the mean return of the training games
+that ended in the window before the budget (:func:`zoo.compare.training_statistic`, with the
+window of the preset's reference series, e.g. Dopamine's 1M-frame iteration, else 10% of the
+budget), what MinAtar's papers report. A run without the suite's statistic (no evaluation at its
+final step or one that finished no game; no training game in the window) falls back to the other.
+Each run's statistic is in ``bench.json`` and the report counts the fallbacks. Unfinished,
+unstarted and unreadable runs are listed, never silently dropped, and are left out of every number.
 
 **Aggregates** (:mod:`zoo.bench.stats`, Agarwal et al. 2021) are over the games on which every
 algorithm has at least one finished run; an algorithm with fewer runs on some games keeps its
@@ -197,13 +199,14 @@ def _read_run(algo: str, folder: str, seed: int, path: Path) -> BenchRun:
     return run
 
 
-def collect(root: str | Path) -> BenchData:
+def collect(root: str | Path, statistic: str = "evaluation") -> BenchData:
     """Every run under ``root/<algo>/<game-folder>/seed<k>``, with its final score.
 
-    The score of each finished run is read as the module docstring says (evaluation at the
-    budget, else the training statistic); runs of an algorithm are finished when they reached
-    the largest budget among its runs. Reference series values at that budget (Dopamine's curves
-    for the presets that name them) are read through :func:`zoo.compare.compare`.
+    The score of each finished run is ``statistic`` (``evaluation`` at the budget or the
+    ``training`` statistic), else the other, as the module docstring says; runs of an algorithm
+    are finished when they reached the largest budget among its runs. Reference series values at
+    that budget (Dopamine's curves for the presets that name them) are read through
+    :func:`zoo.compare.compare`.
 
     Raises:
       BenchError: ``root`` does not exist or holds no ``<algo>/<game>/seed<k>`` folder.
@@ -223,7 +226,7 @@ def collect(root: str | Path) -> BenchData:
     data = BenchData(root=root, runs=runs)
     _expect_every_seed(data)
     for algo in data.algorithms:
-        _score_algorithm(data, algo)
+        _score_algorithm(data, algo, statistic)
     return data
 
 
@@ -248,7 +251,7 @@ def _expect_every_seed(data: BenchData) -> None:
                 )
 
 
-def _score_algorithm(data: BenchData, algo: str) -> None:
+def _score_algorithm(data: BenchData, algo: str, statistic: str) -> None:
     runs = [r for r in data.runs if r.algo == algo and r.status in ("finished", "unfinished")]
     budgets = [r.budget_env_steps for r in runs if r.budget_env_steps is not None]
     if not budgets:
@@ -278,24 +281,25 @@ def _score_algorithm(data: BenchData, algo: str) -> None:
                     "max": row.reference.get("max"),
                 }
             rows.setdefault(row.statistic, row)
-        evaluation, training = rows.get("evaluation"), rows.get("training")
+        order = ["evaluation", "training"]
+        if statistic == "training":
+            order.reverse()
         for i, info in enumerate(group.runs):
             run = by_path[info.path]
-            value = evaluation.values[i] if evaluation is not None else None
-            if value is not None:
-                run.score, run.statistic = value, "evaluation"
+            for name in order:
+                row = rows.get(name)
+                value = row.values[i] if row is not None else None
+                if value is not None:
+                    run.score, run.statistic = value, name
+                    break
+            if run.statistic is None:
+                run.note = "no evaluation at the budget and no training game in the window: none"
                 continue
-            value = training.values[i] if training is not None else None
-            if value is not None:
-                run.score, run.statistic = value, "training"
-                window = training.window_frames
-                run.note = (
-                    f"no evaluation at the budget: training statistic (window {window:,} frames)"
-                )
-            else:
-                run.note = (
-                    "no evaluation at the budget and no training game in the window: no score"
-                )
+            how = "evaluation at the budget"
+            if run.statistic == "training":
+                how = f"training statistic (window {rows['training'].window_frames:,} frames)"
+            if run.statistic != statistic:
+                run.note = f"no {statistic} statistic at the budget: {how}"
 
 
 # ------------------------------------------------------------------------------ report
@@ -647,7 +651,8 @@ def write_report(
     out_dir = Path(out) if out is not None else root
     out_dir.mkdir(parents=True, exist_ok=True)
     chosen = get_suite(suite) if suite is not None else None
-    data = collect(root)
+    statistic = chosen.statistic if chosen is not None else "evaluation"
+    data = collect(root, statistic)
     m = _matrices(data, chosen)
     _published(data, chosen, m)
     small = min(reps, 2000)
@@ -673,7 +678,7 @@ def write_report(
     verdicts = _verdicts(aggregates, poi)
     label = _NORMALISED_LABEL[m.normalisation]
     paths = _plots(out_dir, aggregates, profiles, poi, frames, efficiency, label)
-    fallbacks = [r for r in data.runs if r.statistic == "training"]
+    fallbacks = [r for r in data.runs if r.statistic is not None and r.statistic != statistic]
     report = {
         "root": str(root),
         "suite": chosen.name if chosen else None,
@@ -716,7 +721,9 @@ def write_report(
     paths["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
     paths["md"] = out_dir / "bench.md"
     paths["md"].write_text(
-        _markdown(data, chosen, m, aggregates, poi, predicted, verdicts, fallbacks, paths, reps),
+        _markdown(
+            data, chosen, m, aggregates, poi, predicted, verdicts, fallbacks, paths, reps, statistic
+        ),
         encoding="utf-8",
     )
     return paths
@@ -733,14 +740,21 @@ def _markdown(
     fallbacks: list[BenchRun],
     paths: Mapping[str, Path],
     reps: int,
+    statistic: str = "evaluation",
 ) -> str:
     title = f"zoo bench: {suite.name}" if suite else "zoo bench"
     lines = [f"# {title}", ""]
     if suite is not None:
         lines += [f"{suite.description}", "", f"Source: {suite.source}", ""]
+    scored = {
+        "evaluation": "its greedy evaluation at the budget (mean return of the evaluation games), "
+        "else its training statistic (marked below)",
+        "training": "its training statistic (mean return of the training games that ended in the "
+        "window before the budget, as the suite's papers report), else its evaluation (marked "
+        "below)",
+    }[statistic]
     lines += [
-        f"Runs in `{data.root}`. Score of a run: its greedy evaluation at the budget (mean return "
-        "of the evaluation games), else its training statistic (marked below). Normalisation: "
+        f"Runs in `{data.root}`. Score of a run: {scored}. Normalisation: "
         f"`{m.normalisation}` ({_NORMALISED_LABEL[m.normalisation].lower()}; docs/bench.md).",
         "",
         "## Per game",
@@ -773,8 +787,10 @@ def _markdown(
     if fallbacks:
         lines += [
             "",
-            f"{len(fallbacks)} run(s) scored by their training statistic (no evaluation at the "
-            "budget): " + ", ".join(f"{r.algo} {r.game} seed {r.seed}" for r in fallbacks) + ".",
+            f"{len(fallbacks)} run(s) scored by their other statistic (no {statistic} statistic "
+            "at the budget): "
+            + ", ".join(f"{r.algo} {r.game} seed {r.seed}" for r in fallbacks)
+            + ".",
         ]
     missing = data.missing()
     lines += ["", "## Runs not in the numbers", ""]

@@ -77,6 +77,7 @@ def bench(
     overrides: Mapping[str, Any] | None = None,
     eval_episodes: int | None = None,
     eval_every: int | None = None,
+    eval_max_steps: int | None = None,
     checkpoint_every: int | None = None,
     num_envs: int | None = None,
     loop: str | None = None,
@@ -99,7 +100,8 @@ def bench(
       jobs: the most runs at once (local; default from the cores and memory).
       launcher: ``local`` or ``ray``.
       ray_address: the Ray cluster (``auto``, ``HOST:PORT``, ``ray://...``).
-      overrides, eval_episodes, eval_every, checkpoint_every, num_envs, loop: for new runs.
+      overrides, eval_episodes, eval_every, eval_max_steps, checkpoint_every, num_envs, loop:
+        for new runs.
       cpus_per_run, gpus_per_run: what each run claims.
       memory: the local executor's memory budget in bytes (default: 0.9 × available now).
       progress: the matrix's progress mode (default ``ZOO_PROGRESS``); runs log theirs.
@@ -126,6 +128,7 @@ def bench(
         overrides=overrides,
         eval_episodes=eval_episodes,
         eval_every=eval_every,
+        eval_max_steps=eval_max_steps,
         checkpoint_every=checkpoint_every,
         num_envs=num_envs,
         loop=loop,

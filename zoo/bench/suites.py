@@ -26,7 +26,15 @@ import yaml
 
 from zoo.bench.errors import BenchError
 
-__all__ = ["NORMALISATIONS", "SUITES", "Suite", "format_suites", "get_suite", "suite_names"]
+__all__ = [
+    "NORMALISATIONS",
+    "STATISTICS",
+    "SUITES",
+    "Suite",
+    "format_suites",
+    "get_suite",
+    "suite_names",
+]
 
 #: The normalisations a suite may name, each in one line (the formulas: :mod:`zoo.bench.stats`).
 NORMALISATIONS: Mapping[str, str] = MappingProxyType(
@@ -36,6 +44,10 @@ NORMALISATIONS: Mapping[str, str] = MappingProxyType(
         "return_range": "(score − lowest) / (highest − lowest) of the returns the env allows",
     }
 )
+
+
+#: What can score a run: its greedy evaluation at the budget, or its training statistic.
+STATISTICS = ("evaluation", "training")
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,10 @@ class Suite:
       description: one line for ``zoo bench --list-suites``.
       predictor_weights: for Atari-5, the weight of each game in the prediction of the 57-game
         median (:func:`zoo.bench.stats.predicted_atari57_median`); empty otherwise.
+      statistic: what scores a run, as the suite's literature reports it (one of
+        :data:`STATISTICS`): ``evaluation`` (greedy games at the budget; Atari) or ``training``
+        (the returns of the training games that ended just before the budget; MinAtar, whose
+        papers report training returns).
     """
 
     name: str
@@ -62,8 +78,14 @@ class Suite:
     source: str
     description: str
     predictor_weights: Mapping[str, float] = field(default_factory=dict)
+    statistic: str = "evaluation"
 
     def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise BenchError(
+                f"suite {self.name!r}: unknown statistic {self.statistic!r} (known: "
+                f"{', '.join(STATISTICS)})"
+            )
         if self.normalisation not in NORMALISATIONS:
             raise BenchError(
                 f"suite {self.name!r}: unknown normalisation {self.normalisation!r} (known: "
@@ -100,6 +122,7 @@ def _load() -> Mapping[str, Suite]:
             normalisation=str(entry["normalisation"]),
             source=" ".join(str(entry["source"]).split()),
             description=" ".join(str(entry["description"]).split()),
+            statistic=str(entry.get("statistic", "evaluation")),
             predictor_weights=MappingProxyType(
                 {g: float(w) for g, w in (entry.get("predictor") or {}).get("weights", {}).items()}
             ),
