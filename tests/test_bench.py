@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from zoo.bench.local import admit, run_local
 from zoo.matrix import agent_steps
@@ -141,6 +142,7 @@ def test_frames_become_agent_steps_rounded_down_with_a_note():
 
 SUITE_ARGS = ["classic", "dqn_cartpole", "double_dqn_cartpole", "--games", "CartPole-v1"]
 FAST = ["--seeds", "2", "--frames", "3000", "--checkpoint-every", "500", "--eval-episodes", "2"]
+FAST += ["--eval-max-steps", "1000"]  # never binding here (2 CartPole games ≤ 1000 steps)
 KEYS = [f"{a}/CartPole-v1/seed{s}" for a in ("dqn_cartpole", "double_dqn_cartpole") for s in (0, 1)]
 
 
@@ -213,6 +215,7 @@ def test_bench_classic_interrupted_then_rerun_reuses_resumes_and_reports(tmp_pat
 
         steps = [r["env_steps"] for r in read_jsonl(root / key / "metrics.jsonl")]
         assert steps[-1] == 3000 and steps == sorted(set(steps))
+        assert yaml.safe_load((root / key / "run.yaml").read_text())["eval_max_steps"] == 1000
     assert "resuming from" in (root / "logs" / f"{KEYS[1]}.log").read_text()
     report = json.loads((root / "bench.json").read_text())
     assert (root / "bench.md").is_file() and f"report: {root / 'bench.md'}" in out

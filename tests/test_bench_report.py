@@ -123,3 +123,26 @@ def test_a_report_without_a_suite_normalises_by_the_protocol_family(bench, tmp_p
             direct[algo]["iqm"].point
         )
         assert payload["aggregates"][algo]["iqm"]["lo"] == pytest.approx(direct[algo]["iqm"].lo)
+
+
+def test_a_suite_scored_by_training_reads_each_runs_training_games(bench):
+    """``statistic: training`` (MinAtar's suite): the score of every run is the mean return of
+    its training games that ended in the last 10% of the budget, computed here from the log."""
+    root, _, _ = bench
+    data = report.collect(root, "training")
+    for algo in ALGOS:
+        for run in data.finished(algo, "CartPole-v1"):
+            records = read_jsonl(root / algo / "CartPole-v1" / f"seed{run.seed}" / "metrics.jsonl")
+            total = games = seen = 0
+            for record in records:
+                new, seen = record["games"] - seen, record["games"]
+                if BUDGET - BUDGET // 10 < record["env_steps"] <= BUDGET and new > 0:
+                    total, games = total + record["return"] * new, games + new
+            if games:
+                assert (run.score, run.statistic) == (pytest.approx(total / games), "training")
+                assert not run.note
+            else:  # no training game ended in the window: the evaluation, marked
+                last = _last_eval(root, algo, run.seed)
+                assert (run.score, run.statistic) == (last["mean_return"], "evaluation")
+                assert run.note == "no training statistic at the budget: evaluation at the budget"
+    assert any(r.statistic == "training" for r in data.runs)
