@@ -192,6 +192,9 @@ def test_suites_are_runnable_and_sourced():
     for name in expected:
         assert name in text
     assert "400,000 frames" in text and "atari_100k" in text
+    assert [get_suite(n).statistic for n in ("atari100k", "minatar")] == ["evaluation", "training"]
+    minatar_row = next(line for line in text.splitlines() if line.startswith("minatar "))
+    assert minatar_row.split()[-2:] == ["random_sigma", "training"]
 
 
 def test_unknown_suite_names_the_known_ones():

@@ -153,12 +153,13 @@ def get_suite(name: str) -> Suite:
 
 
 def format_suites() -> str:
-    """The table of ``zoo bench --list-suites``: name, games, protocol, default budget, source."""
-    header = ("suite", "games", "protocol", "default budget", "normalisation")
+    """The table of ``zoo bench --list-suites``: name, games, protocol, default budget,
+    normalisation and the statistic that scores a run; then each suite's source."""
+    header = ("suite", "games", "protocol", "default budget", "normalisation", "statistic")
     rows = [header]
     for s in SUITES.values():
         budget = f"{s.frames:,} frames"
-        rows.append((s.name, str(len(s.games)), s.protocol, budget, s.normalisation))
+        rows.append((s.name, str(len(s.games)), s.protocol, budget, s.normalisation, s.statistic))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
