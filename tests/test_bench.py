@@ -220,3 +220,63 @@ def test_bench_classic_interrupted_then_rerun_reuses_resumes_and_reports(tmp_pat
     report = json.loads((root / "bench.json").read_text())
     assert (root / "bench.md").is_file() and f"report: {root / 'bench.md'}" in out
     assert report  # the statistics are tests/test_bench_report.py's
+
+
+def _events(run: Path) -> list[dict]:
+    path = run / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def _stops(run: Path) -> list[str]:
+    return [e["status"] for e in _events(run) if e["event"] == "stopped"]
+
+
+def test_no_trainer_outlives_its_bench_killed_or_terminated(tmp_path):
+    """SIGKILL to `zoo bench`: its running child notices, saves a checkpoint and stops (nothing
+    trains on unseen). SIGTERM to the rerun: as Ctrl-C, the run checkpoints and the bench exits
+    130. Each time the run's history says `interrupted`, and the next rerun resumes it."""
+    root = tmp_path / "bench"
+    run = root / "dqn_cartpole" / "CartPole-v1" / "seed0"
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from zoo.cli import main; sys.exit(main())",
+        "bench",
+        "classic",
+        "dqn_cartpole",
+        "--games",
+        "CartPole-v1",
+        "--frames",
+        "200000",
+        "--checkpoint-every",
+        "500",
+        "--eval-every",
+        "100000",
+        "--run-dir",
+        str(root),
+        "--progress",
+        "off",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for sig, stops in ((signal.SIGKILL, 1), (signal.SIGTERM, 2)):
+        with subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as process:
+            deadline = time.time() + 300
+            start = _steps(run)[-1:] or [0]
+            while not (_steps(run)[-1:] or [0])[0] > start[0]:  # a new checkpoint
+                assert process.poll() is None, process.stdout.read()
+                assert time.time() < deadline, "no checkpoint in time"
+                time.sleep(0.1)
+            process.send_signal(sig)
+            out, _ = process.communicate(timeout=120)
+        if sig == signal.SIGTERM:
+            assert process.returncode == 130, out
+            assert "interrupt: no new runs start" in out
+        deadline = time.time() + 120
+        while len(_stops(run)) < stops:  # the child, orphaned or told, stops by itself
+            assert time.time() < deadline, _events(run)
+            time.sleep(0.2)
+        assert _stops(run) == ["interrupted"] * stops
+        assert 0 < _steps(run)[-1] < 200_000
+    assert [e["event"] for e in _events(run)].count("resumed") == 1

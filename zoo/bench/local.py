@@ -9,9 +9,11 @@ fit yet waits while later, smaller ones may start.
 
 Each task runs in a child process started with ``spawn`` (a fresh interpreter: JAX does not
 survive ``fork``), its output appended to the task's log file. A task that fails is reported
-with its error and log, and the others go on. Ctrl-C (SIGINT) stops admitting tasks and is
-passed to the running children, which save a checkpoint and stop as ``zoo train`` does; a second
-Ctrl-C ends them at once (they resume from their last checkpoint). Rerunning resumes.
+with its error and log, and the others go on. Ctrl-C (SIGINT) or SIGTERM stops admitting
+tasks and is passed to the running children, which save a checkpoint and stop as ``zoo train``
+does; a second one ends them at once (they resume from their last checkpoint). A child whose bench
+is gone (killed with SIGKILL, crashed) interrupts itself the same way, so no trainer outlives its
+bench. Rerunning resumes.
 
 The matrix's progress (done, running, queued, failed, ETA) follows ``--progress`` /
 ``ZOO_PROGRESS`` (:class:`zoo.metrics.ProgressMode`): a line redrawn in place on a terminal, a
@@ -214,8 +216,27 @@ def execute(job: Job) -> JobResult:
     return result
 
 
+def _watch_parent(parent: int, every: float = 1.0) -> None:
+    """Interrupt this process (as Ctrl-C: ``zoo train`` saves a checkpoint and stops) once its
+    parent ``parent`` is gone, so that a bench killed in any way leaves no trainer behind."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+#: The signals that stop a bench as Ctrl-C does (no new runs; the running ones checkpoint).
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _child(job: Job, conn: Any) -> None:
-    """A child process: run the job, send the result, exit 0 (done), 130 or 1."""
+    """A child process: run the job, send the result, exit 0 (done), 130 or 1.
+
+    A thread watches the bench: if it dies (SIGKILL, a crash) the run is interrupted as by
+    Ctrl-C, saves a checkpoint and stops; a rerun resumes it.
+    """
+    import threading
+
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     result = execute(job)
     with contextlib.suppress(OSError, ValueError):
         conn.send(result)
@@ -432,7 +453,8 @@ def run_local(
     import threading
 
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_interrupt) if main else None
+    # SIGTERM (kill, a scheduler's stop) is a Ctrl-C: the runs save a checkpoint and stop
+    previous = {s: signal.signal(s, on_interrupt) for s in _STOPS} if main else {}
     try:
         while pending or running:
             if not interrupts:
@@ -473,8 +495,8 @@ def run_local(
                 display.ended(results[-1])
             display.tick()
     finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         for child in running.values():  # only on an error of the executor itself
             child.process.terminate()
         display.close()
