@@ -15,6 +15,10 @@ Workloads (the settings of the performance issue's table):
 - ``memory``: a 1M-transition Atari replay filled, resident memory read from ``/proc``.
 - ``algorithms``: cost per update (sample from a full 1M-item replay + update) of DQN, C51,
   QR-DQN, M-DQN and the prioritised variants; R2D2 per learned transition.
+- ``pqn-breakout`` / ``dqn-breakout``, ``pqn-minatar`` / ``dqn-minatar``, ``pqn-cartpole`` /
+  ``dqn-cartpole`` (not in the default set; ``--only``): PQN's presets (Gallici et al. 2024:
+  128 or 32 environments, no replay) beside DQN's on the same game, each as users run it, with
+  each child's peak memory (:data:`PRESETS`).
 
 Each ``zoo`` loop workload runs the real trainer (:func:`zoo.train`, the path ``zoo train``
 takes) and reads env steps/s between two training records after the warm-up (replay past
@@ -66,6 +70,19 @@ LOOPS: dict[str, tuple[str, int, dict[str, Any], int, int, int]] = {
 
 ALGORITHMS = ("dqn", "c51", "qr_dqn", "mdqn", "prioritized_ddqn", "prioritized_c51", "rainbow")
 
+#: PQN beside DQN, each preset as users run it (its own environments, network, replay or
+#: rollout; a DQN replay's warm-up lowered so that learning starts inside the run):
+#: name -> (preset, env id, overrides, warm-up transitions, window, quick window). The warm-up
+#: covers the first learning phases (a PQN rollout is 32 × 128 transitions on Atari and MinAtar).
+PRESETS: dict[str, tuple[str, str, dict[str, Any], int, int, int]] = {
+    "pqn-breakout": ("pqn_atari", "Breakout-v5", {}, 8_192, 32_768, 16_384),
+    "dqn-breakout": ("dqn_nature", "Breakout-v5", {"replay.min_size": 1_000}, 2_000, 4_000, 2_000),
+    "pqn-minatar": ("pqn_minatar", "MinAtar/Breakout-v1", {}, 8_192, 65_536, 32_768),
+    "dqn-minatar": ("dqn_minatar", "MinAtar/Breakout-v1", {}, 2_000, 20_000, 10_000),
+    "pqn-cartpole": ("pqn_cartpole", "CartPole-v1", {}, 8_192, 131_072, 65_536),
+    "dqn-cartpole": ("dqn_cartpole", "CartPole-v1", {}, 2_000, 40_000, 20_000),
+}
+
 
 # ------------------------------------------------------------------------------------------
 # Helpers (run inside a worker)
@@ -116,11 +133,12 @@ def _windowed_rate(records: list[dict[str, Any]], start: int) -> tuple[float, fl
 
 def _train_window(
     env_id: str,
-    num_envs: int,
+    num_envs: int | None,
     overrides: dict[str, Any],
     warmup: int,
     window: int,
     lifecycle: bool = False,
+    algorithm: str = "dqn",
 ) -> dict[str, Any]:
     """Run the real trainer and measure env steps/s over ``window`` transitions.
 
@@ -136,7 +154,7 @@ def _train_window(
     total = warmup + window
     with tempfile.TemporaryDirectory() as tmp:
         result = zoo.train(
-            "dqn",
+            algorithm,
             env=env_id,
             total_env_steps=total,
             num_envs=num_envs,
@@ -351,6 +369,19 @@ def work_loop(name: str, quick: bool) -> dict[str, Any]:
     return out
 
 
+def work_preset(name: str, quick: bool) -> dict[str, Any]:
+    preset, env_id, overrides, warmup, window, quick_window = PRESETS[name]
+    out = _train_window(
+        env_id,
+        None,  # the preset's own
+        overrides,
+        warmup,
+        quick_window if quick else window,
+        algorithm=f"preset:{preset}",
+    )
+    return {**out, "preset": preset, "env": env_id}
+
+
 def work_update(quick: bool) -> dict[str, Any]:
     return {"updates_per_s": isolated_update(quick)}
 
@@ -506,6 +537,7 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
 
 WORKERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     **{name: (lambda quick, name=name: work_loop(name, quick)) for name in LOOPS},
+    **{name: (lambda quick, name=name: work_preset(name, quick)) for name in PRESETS},
     "update": work_update,
     "seeds-8": work_seeds,
     "memory": work_memory,
@@ -685,6 +717,31 @@ def report(results: dict[str, Any]) -> None:
                 f"  cartpole-8 reached {r['env_steps_per_s'] / cap:.0%} of its update-only cap "
                 f"({cap:,.0f} env steps/s)"
             )
+    pairs = [n[4:] for n in PRESETS if n.startswith("pqn-") and get(f"zoo:{n}")]
+    if pairs:
+        print(
+            "\nPQN beside DQN, each preset as users run it (env steps/s while learning; peak RSS):"
+        )
+        print(
+            "| env | pqn preset | env steps/s | peak RSS | dqn preset | env steps/s | peak RSS "
+            "| ratio |"
+        )
+        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
+        for env in pairs:
+            p, d = get(f"zoo:pqn-{env}"), get(f"zoo:dqn-{env}")
+            pp = results[f"zoo:pqn-{env}"]["peak_rss_gib"]
+            row = (
+                f"| {p['env']} | {p['preset']} ({p['loop']}) | {_fmt(p['env_steps_per_s'])} | "
+                f"{pp:.2f} GiB"
+            )
+            if d:
+                dp = results[f"zoo:dqn-{env}"]["peak_rss_gib"]
+                ratio = p["env_steps_per_s"] / d["env_steps_per_s"]
+                row += (
+                    f" | {d['preset']} ({d['loop']}) | {_fmt(d['env_steps_per_s'])} | "
+                    f"{dp:.2f} GiB | {ratio:.1f}× |"
+                )
+            print(row)
     s = get("zoo:seeds-8")
     if s:
         print(
