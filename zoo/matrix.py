@@ -53,8 +53,8 @@ class RunTarget:
       protocol: the evaluation protocol; ``None`` lets the preset or environment choose.
       overrides: dotted overrides for a new run (a resumed run keeps its own spec).
       eval_episodes, eval_every, eval_max_steps, checkpoint_every, num_envs, loop: settings of a
-        new run, as
-        :func:`zoo.run.train` takes them (``None``: its default); a resumed run keeps its own.
+        new run, as :func:`zoo.run.train` takes them (``None``: its default); a resumed run keeps
+        its own.
     """
 
     path: Path

@@ -63,7 +63,7 @@ def main() -> None:
     name, path = sys.argv[1], sys.argv[2]
     spec = small_rollout() if name == "pqn" else small(name)
     refused = None
-    if name == "pqn" and learner_for_devices(spec).num_shards > 1:
+    if spec.rollout is not None and learner_for_devices(spec).num_shards > 1:
         try:  # 16 minibatches of 8 × 2 items: one item each, which 2 devices cannot split
             build(small_rollout(minibatches=16), num_envs=2)
         except ValueError as error:

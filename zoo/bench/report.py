@@ -43,7 +43,7 @@ from zoo import compare as compare_lib
 from zoo.bench import stats
 from zoo.bench.errors import BenchError
 from zoo.bench.published import published
-from zoo.bench.suites import Suite, get_suite
+from zoo.bench.suites import STATISTICS, Suite, get_suite
 from zoo.rundir import RunDir, RunSettingsError
 
 __all__ = ["BenchData", "BenchRun", "collect", "write_report"]
@@ -211,6 +211,8 @@ def collect(root: str | Path, statistic: str = "evaluation") -> BenchData:
     Raises:
       BenchError: ``root`` does not exist or holds no ``<algo>/<game>/seed<k>`` folder.
     """
+    if statistic not in STATISTICS:
+        raise BenchError(f"unknown statistic {statistic!r} (known: {', '.join(STATISTICS)})")
     root = Path(root)
     if not root.is_dir():
         raise BenchError(f"{root} is not a folder")
@@ -281,9 +283,7 @@ def _score_algorithm(data: BenchData, algo: str, statistic: str) -> None:
                     "max": row.reference.get("max"),
                 }
             rows.setdefault(row.statistic, row)
-        order = ["evaluation", "training"]
-        if statistic == "training":
-            order.reverse()
+        order = sorted(STATISTICS, key=lambda name: name != statistic)  # the suite's first
         for i, info in enumerate(group.runs):
             run = by_path[info.path]
             for name in order:

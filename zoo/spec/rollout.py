@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from zoo.spec.base import Model
+from zoo.spec.replay import samples_by_priority
 
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.spec.algorithm import AlgorithmSpec
@@ -62,7 +63,7 @@ class RolloutSpec(Model):
         """The axes that mean nothing without a replay: priorities, n-step windows, sequences
         and recurrent cores, target updates in the middle of a rollout's updates, and
         distributional heads (the λ-returns are scalar)."""
-        if spec.replay.kind != "uniform":
+        if samples_by_priority(spec.replay):
             yield (
                 "replay.kind",
                 f"replay.kind={spec.replay.kind!r}: a rollout is learned from whole, in shuffled "
