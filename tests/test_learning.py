@@ -28,6 +28,9 @@ BUDGETS = {
     "rainbow_cartpole": 100_000,
     "r2d2_cartpole": 100_000,
     "pqn_cartpole": 100_000,
+    "iqn_cartpole": 100_000,
+    "m_iqn_cartpole": 100_000,
+    "r2d2_iqn_cartpole": 100_000,
 }
 
 

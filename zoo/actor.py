@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo.envs import TimeStep
+from zoo.networks.network import apply_batch
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 
@@ -78,9 +79,9 @@ def make_act(num_actions: int, recurrent: bool, initial_state: Any) -> Callable[
                 state,
                 initial_state,
             )
-            out, new_state = jax.vmap(lambda o, s: online(o, s, key=k_noise))(obs, state)
+            out, new_state = apply_batch(online, obs, k_noise, role="act", state=state)
         else:
-            out = jax.vmap(lambda o: online(o, key=k_noise))(obs)
+            out = apply_batch(online, obs, k_noise, role="act")
             new_state = state
         n = obs.shape[0]
         greedy = jnp.argmax(out.q_values, axis=-1)

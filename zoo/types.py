@@ -22,13 +22,17 @@ class NetworkOutput(NamedTuple):
       q_values: ``[A]`` action values (for distributional heads, the mean of the distribution).
       logits: ``[A, N]`` categorical logits, categorical heads only.
       atoms: ``[N]`` the categorical support, categorical heads only.
-      quantiles: ``[A, N]`` quantile values at midpoints ``(i + 1/2)/N``, quantile heads only.
+      quantiles: ``[A, N]`` quantile values, quantile heads only: at the fractions ``taus``, or
+        at the midpoints ``(i + 1/2)/N`` where ``taus`` is ``None`` (QR-DQN).
+      taus: ``[N]`` the quantile fractions of ``quantiles`` where a head samples them per example
+        (IQN, Dabney et al. 2018b); ``None`` for fixed midpoints.
     """
 
     q_values: Array
     logits: Array | None = None
     atoms: Array | None = None
     quantiles: Array | None = None
+    taus: Array | None = None
 
 
 class Transition(NamedTuple):

@@ -40,6 +40,8 @@ import jax.numpy as jnp
 from zoo import registry
 from zoo.losses.components import Bonus, munchausen_bonus, no_bonus
 from zoo.losses.returns import q_lambda_targets
+from zoo.networks.heads import Role
+from zoo.networks.network import apply_batch
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, NetworkOutput, SequenceBatch, TargetBatch, Transition
@@ -74,14 +76,24 @@ def n_step_targets(r: Array, d: Array, n: int) -> tuple[Array, Array, Array]:
     return ret, gain, idx
 
 
-def _apply(net: Any, observations: Array, key: Array) -> NetworkOutput:
-    """A feed-forward network over a batch; one noise sample shared by the batch."""
-    return jax.vmap(lambda o: net(o, key=key))(observations)
+def _apply(net: Any, observations: Array, key: Array, role: Role = "learn") -> NetworkOutput:
+    """A feed-forward network over a batch; one noise sample shared by the batch, per-example
+    samples for a sampling head (:func:`zoo.networks.network.apply_batch`)."""
+    return apply_batch(net, observations, key, role=role)
+
+
+def _unroll(
+    net: Any, observations: Array, state: Any, key: Array, sample_key: Array, role: Role
+) -> tuple[NetworkOutput, Any]:
+    """One example's unroll; a sampling head gets its own ``sample_key`` and the ``role``."""
+    if getattr(net, "samples", False):
+        return net.unroll(observations, state, key=key, sample_key=sample_key, role=role)
+    return net.unroll(observations, state, key=key)
 
 
 def _time_major_atoms(out: NetworkOutput, length: int) -> NetworkOutput:
     """Give the atoms a time axis when an unroll returned them once."""
-    if out.atoms is not None and out.atoms.ndim == 1:
+    if getattr(out, "atoms", None) is not None and out.atoms.ndim == 1:
         out = out._replace(atoms=jnp.broadcast_to(out.atoms, (length, out.atoms.shape[0])))
     return out
 
@@ -178,9 +190,9 @@ class Loss:
         k_online, k_select, k_target, k_target_tm1 = jax.random.split(key, 4)
         sg = jax.lax.stop_gradient
         out_tm1 = _apply(online, batch.observation, k_online)
-        select_t = sg(_apply(online, batch.next_observation, k_select))
-        out_t = sg(_apply(target, batch.next_observation, k_target))
-        target_tm1 = sg(_apply(target, batch.observation, k_target_tm1))
+        select_t = sg(_apply(online, batch.next_observation, k_select, "bootstrap"))
+        out_t = sg(_apply(target, batch.next_observation, k_target, "bootstrap"))
+        target_tm1 = sg(_apply(target, batch.observation, k_target_tm1, "bootstrap"))
 
         def example(o_tm1, a_tm1, r, d, o_t, q_select_t, q_target_tm1):
             pi, shift = self._bootstrap.policy(q_select_t, o_t.q_values)
@@ -264,7 +276,7 @@ class Loss:
         sg = jax.lax.stop_gradient
 
         def values(net: Any, k: Array) -> Array:
-            return sg(_apply(net, flat, k).q_values).reshape((steps + 1, envs, -1))
+            return sg(_apply(net, flat, k, "bootstrap").q_values).reshape((steps + 1, envs, -1))
 
         q_target = values(target, k_target)
         q_select = values(online, k_online)  # removed under jit unless the bootstrap reads it
@@ -311,19 +323,24 @@ class Loss:
         if mask is None:
             mask = jnp.ones(batch.action.shape, batch.reward.dtype)
 
-        def sequence(obs, actions, rewards, discounts, start, mask_t):
+        def sequence(obs, actions, rewards, discounts, start, mask_t, sample_key):
             online_state = target_state = start
+            s_burn_online, s_burn_target, s_online, s_target = jax.random.split(sample_key, 4)
             if burn_in > 0:
-                _, online_state = online.unroll(obs[:burn_in], start, key=k_burn_online)
-                _, target_state = target.unroll(obs[:burn_in], start, key=k_burn_target)
+                _, online_state = _unroll(
+                    online, obs[:burn_in], start, k_burn_online, s_burn_online, "learn"
+                )
+                _, target_state = _unroll(
+                    target, obs[:burn_in], start, k_burn_target, s_burn_target, "bootstrap"
+                )
                 if not seq.burn_in_grad:
                     online_state = sg(online_state)
             obs, actions, rewards, discounts, mask_t = (
                 x[burn_in:] for x in (obs, actions, rewards, discounts, mask_t)
             )
             length = actions.shape[0]
-            out, _ = online.unroll(obs, online_state, key=k_online)
-            out_target, _ = target.unroll(obs, target_state, key=k_target)
+            out, _ = _unroll(online, obs, online_state, k_online, s_online, "learn")
+            out_target, _ = _unroll(target, obs, target_state, k_target, s_target, "bootstrap")
             out = _time_major_atoms(out, length)
             out_target = sg(_time_major_atoms(out_target, length))
             pi, shift = jax.vmap(self._bootstrap.policy)(sg(out.q_values), out_target.q_values)
@@ -339,8 +356,10 @@ class Loss:
             q_sa = jnp.take_along_axis(out_tm1.q_values, actions[:-1, None], axis=-1)[:, 0]
             return jnp.sum(m * step_loss), jnp.abs(td), m, q_sa
 
+        # per-sequence keys of sampling heads (unused, and removed under jit, by the others)
+        sample_keys = jax.random.split(jax.random.fold_in(key, 1), batch.action.shape[0])
         return jax.vmap(sequence)(
-            batch.observation, batch.action, batch.reward, batch.discount, state, mask
+            batch.observation, batch.action, batch.reward, batch.discount, state, mask, sample_keys
         )
 
     # ---------------------------------------------------------------------- reduction

@@ -62,18 +62,23 @@ def q_loss(config, *, td: Callable[[Array], Array]) -> HeadLoss:
     return fn
 
 
+@registry.register("head_loss", "iqn")
 @registry.register("head_loss", "quantile")
 def quantile_loss(config, *, td: Callable[[Array], Array]) -> HeadLoss:
     """Quantile regression (Dabney et al. 2018): Σᵢ meanⱼ |τᵢ − 1{δᵢⱼ<0}|·ρ_κ(δᵢⱼ).
 
-    δᵢⱼ = targetⱼ − θᵢ(s, a) with τᵢ = (i + ½)/N and ρ_κ the `td` element loss (Huber κ; the
-    spec requires huber, κ = 0 being the pure quantile loss), as rlax.quantile_regression_loss.
+    δᵢⱼ = targetⱼ − θᵢ(s, a) with ρ_κ the `td` element loss (Huber κ; the spec requires huber,
+    κ = 0 being the pure quantile loss), as rlax.quantile_regression_loss. τᵢ are the online
+    output's ``taus`` where its head samples them (IQN: N fractions at s, N′ target quantiles at
+    s′, Dabney et al. 2018b, eq. 3), else the midpoints (i + ½)/N (QR-DQN).
     """
 
     def fn(out_tm1, a_tm1, r, d, out_t, pi_t, shift_t, tx):
         theta = out_tm1.quantiles[a_tm1]
         n = theta.shape[-1]
-        taus = (jnp.arange(n, dtype=theta.dtype) + 0.5) / n
+        taus = out_tm1.taus
+        if taus is None:  # fixed midpoints (QR-DQN)
+            taus = (jnp.arange(n, dtype=theta.dtype) + 0.5) / n
         target = tx.apply(r + d * _bootstrap(out_t.quantiles, pi_t, shift_t, tx))
         target = jax.lax.stop_gradient(target)
         delta = target[None, :] - theta[:, None]

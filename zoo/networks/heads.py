@@ -1,59 +1,115 @@
-"""Heads: how a network's ``[A, N]`` output numbers are read as action values.
+"""Heads: how the output layers' numbers become action values, and how a head learns them.
 
-The network's last dense layer (or its dueling streams, see :mod:`zoo.networks.network`) produces
-``N = head.num_outputs`` numbers per action; the head turns that ``[A, N]`` array into a
-:class:`zoo.types.NetworkOutput`. Because dueling is applied to the ``[A, N]`` array before the
-head, a distributional head is dueling per atom or quantile, as in Rainbow.
+A head sits after the torso (and core): it receives the torso's features, the network's output
+layers (``streams``: the hidden layers and the last layer, or dueling streams; see
+:mod:`zoo.networks.network`) and two keys, and returns a :class:`zoo.types.NetworkOutput`.
+Fixed-support heads (``q``, ``categorical``, ``quantile``) run the streams once to an ``[A, N]``
+array and read it (:meth:`AbstractHead.read`); because dueling is applied to that array before
+the head, a distributional head is dueling per atom or quantile, as in Rainbow. A sampling head
+(``iqn``) holds parameters of its own (the cosine τ-embedding) and runs the streams once per
+sampled quantile fraction.
 
 Writing your own head
 ---------------------
-A head factory is registered on the ``"head"`` axis and has the signature::
+A head is one registration on the ``"head"`` axis, plus its loss on the ``head_loss`` axis under
+the same name (:mod:`zoo.losses.heads`) and its config model, whose rules (which td losses train
+it) are stated in its :meth:`~zoo.spec.Model.spec_problems`::
 
     @zoo.registry.register("head", "my_head", config=MyHeadConfig)
-    def my_head(config) -> AbstractHead:
+    def my_head(config, *, features: int, key: PRNGKeyArray) -> AbstractHead:
         ...
 
-``config`` is the validated YAML ``network.head`` block. The returned :class:`AbstractHead` states
-``num_outputs`` (numbers per action) and maps ``values: Float[Array, "actions num_outputs"]`` of
-one observation to a ``NetworkOutput`` whose ``q_values`` are ``[A]``. Hyperparameters are static
-fields; a head holds no trainable arrays (the dense layers before it do).
+``config`` is the validated YAML ``network.head`` block, ``features`` the size of the torso's
+(or core's) feature vector and ``key`` an initialisation key for parameters the head holds. The
+returned :class:`AbstractHead` states ``num_outputs`` (numbers per action the output layer makes)
+and implements :meth:`AbstractHead.apply` (or only :meth:`AbstractHead.read` for a head that reads
+one ``[A, N]`` array). A head that draws random numbers per example sets ``samples = True``: the
+network is then called with a ``sample_key`` per example and a ``role`` (``act``, ``learn`` or
+``bootstrap``; see :func:`zoo.networks.network.apply_batch`).
 """
 
 from __future__ import annotations
 
 import abc
 import typing
+from collections.abc import Callable
+from typing import ClassVar, Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, PRNGKeyArray
 
 from zoo.registry import register
 from zoo.types import NetworkOutput
 
 __all__ = [
+    "ROLES",
     "AbstractHead",
     "CategoricalHead",
+    "ImplicitQuantileHead",
     "QHead",
     "QuantileHead",
+    "Role",
     "categorical_head",
+    "iqn_head",
     "q_head",
     "quantile_head",
 ]
 
 
+#: Who evaluates the network: the actor (``act``), the loss at the state it learns
+#: (``learn``), or the loss at a state it bootstraps from (``bootstrap``, the target network's
+#: passes and the double-Q selector). Only sampling heads (IQN's N, N′ and K) read it.
+Role = Literal["act", "learn", "bootstrap"]
+ROLES: tuple[str, ...] = typing.get_args(Role)
+
+
 class AbstractHead(eqx.Module):
-    """Reads the ``[A, num_outputs]`` output of one observation as a :class:`NetworkOutput`."""
+    """Turns the torso's features into a :class:`NetworkOutput` for one observation.
+
+    Attributes:
+      samples: whether the head draws random numbers per example (IQN's τ); networks with such
+        a head take a ``sample_key`` per example.
+    """
+
+    samples: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod
     def num_outputs(self) -> int:
         """Numbers per action that the layer before the head must produce (``N``)."""
 
-    @abc.abstractmethod
-    def __call__(self, values: Float[Array, "actions outputs"]) -> NetworkOutput:
+    def read(self, values: Float[Array, "actions outputs"]) -> NetworkOutput:
         """Maps the ``[A, num_outputs]`` values of one observation to a ``NetworkOutput``."""
+        raise NotImplementedError(f"{type(self).__name__} does not read a fixed [A, N] array")
+
+    def __call__(self, values: Float[Array, "actions outputs"]) -> NetworkOutput:
+        """:meth:`read` (fixed-support heads are callable on their ``[A, N]`` array)."""
+        return self.read(values)
+
+    def apply(
+        self,
+        features: Float[Array, " features"],
+        streams: Callable[..., Float[Array, "actions outputs"]],
+        *,
+        key: PRNGKeyArray | None = None,
+        sample_key: PRNGKeyArray | None = None,
+        role: Role = "learn",
+    ) -> NetworkOutput:
+        """The head's output for one observation's ``features``.
+
+        Args:
+          features: the torso's (or core's) feature vector.
+          streams: the output layers, ``streams(x, *, key) -> [A, num_outputs]``.
+          key: the noise key of noisy layers (shared by a batch), ``None`` for their means.
+          sample_key: this example's own key (sampling heads only).
+          role: who evaluates the network (:data:`Role`).
+
+        The default runs the streams once and reads the result with :meth:`read`.
+        """
+        del sample_key, role
+        return self.read(streams(features, key=key))
 
 
 @typing.final
@@ -64,7 +120,7 @@ class QHead(AbstractHead):
     def num_outputs(self) -> int:
         return 1
 
-    def __call__(self, values: Float[Array, "actions 1"]) -> NetworkOutput:
+    def read(self, values: Float[Array, "actions 1"]) -> NetworkOutput:
         return NetworkOutput(q_values=values[:, 0])
 
 
@@ -90,7 +146,7 @@ class CategoricalHead(AbstractHead):
         """The support ``linspace(v_min, v_max, num_atoms)``."""
         return jnp.linspace(self.v_min, self.v_max, self.num_atoms, dtype=jnp.float32)
 
-    def __call__(self, values: Float[Array, "actions atoms"]) -> NetworkOutput:
+    def read(self, values: Float[Array, "actions atoms"]) -> NetworkOutput:
         atoms = self.atoms
         q_values = jnp.sum(jax.nn.softmax(values, axis=-1) * atoms, axis=-1)
         return NetworkOutput(q_values=q_values, logits=values, atoms=atoms)
@@ -109,20 +165,102 @@ class QuantileHead(AbstractHead):
     def num_outputs(self) -> int:
         return self.num_quantiles
 
-    def __call__(self, values: Float[Array, "actions quantiles"]) -> NetworkOutput:
+    def read(self, values: Float[Array, "actions quantiles"]) -> NetworkOutput:
         return NetworkOutput(q_values=jnp.mean(values, axis=-1), quantiles=values)
 
 
+@typing.final
+class ImplicitQuantileHead(AbstractHead):
+    """Implicit quantiles (IQN: Dabney, Ostrovski, Silver & Munos 2018, "Implicit Quantile
+    Networks for Distributional Reinforcement Learning", https://arxiv.org/abs/1806.06923, eq. 4;
+    as dqn_zoo's ``iqn_atari_network`` and Dopamine's ``ImplicitQuantileNetwork``).
+
+    Per example, quantile fractions ``τ ~ U(0, 1)`` are drawn from its ``sample_key``; each is
+    embedded as ``φ(τ) = ReLU(W·[cos(π·i·τ)]_{i=1..M} + b)``, a dense layer to the feature size,
+    and the output layers run on ``features ⊙ φ(τ)``, giving ``Z_τ(s, a)``. ``quantiles`` is
+    ``[A, n]`` at the fractions ``taus`` ``[n]``; how many depends on the ``role``:
+
+    - ``learn`` (the online network at the state learned): N = ``num_samples``;
+    - ``bootstrap`` (target network and double-Q selector at the next state): N′ =
+      ``num_target_samples`` quantiles, and ``q_values`` from K other fractions, as dqn_zoo's
+      selector pass with ``tau_samples_policy`` and Dopamine's ``num_quantile_samples`` pass;
+    - ``act``: K = ``num_policy_samples``.
+
+    ``q_values`` is the mean of the quantiles it is computed from (eq. 6 of the paper, the
+    K-sample estimate of the greedy policy). The embedding is the only parameter the head holds.
+    """
+
+    samples: ClassVar[bool] = True
+
+    embedding: eqx.nn.Linear
+    num_cosines: int = eqx.field(static=True)
+    num_samples: int = eqx.field(static=True)
+    num_target_samples: int = eqx.field(static=True)
+    num_policy_samples: int = eqx.field(static=True)
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    def quantile_values(
+        self,
+        features: Float[Array, " features"],
+        streams: Callable[..., Float[Array, "actions 1"]],
+        taus: Float[Array, " samples"],
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "actions samples"]:
+        """``Z_τ(s, a)`` for each fraction in ``taus``: ``[A, len(taus)]``."""
+        multiples = jnp.arange(1, self.num_cosines + 1, dtype=features.dtype) * jnp.pi
+        cosines = jnp.cos(multiples[None, :] * taus[:, None])
+        embedded = jax.nn.relu(jax.vmap(self.embedding)(cosines))
+        values = jax.vmap(lambda x: streams(x, key=key))(features[None, :] * embedded)
+        return values[..., 0].T
+
+    def apply(
+        self,
+        features: Float[Array, " features"],
+        streams: Callable[..., Float[Array, "actions outputs"]],
+        *,
+        key: PRNGKeyArray | None = None,
+        sample_key: PRNGKeyArray | None = None,
+        role: Role = "learn",
+    ) -> NetworkOutput:
+        if sample_key is None:
+            raise ValueError(
+                "an iqn head samples its quantile fractions per example: call the network with "
+                "sample_key= (zoo.networks.apply_batch does)"
+            )
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        k_taus, k_policy = jax.random.split(sample_key)
+        n = {
+            "act": self.num_policy_samples,
+            "learn": self.num_samples,
+            "bootstrap": self.num_target_samples,
+        }[role]
+        taus = jax.random.uniform(k_taus, (n,), features.dtype)
+        quantiles = self.quantile_values(features, streams, taus, key)
+        if role == "bootstrap":
+            policy_taus = jax.random.uniform(k_policy, (self.num_policy_samples,), features.dtype)
+            q_values = jnp.mean(self.quantile_values(features, streams, policy_taus, key), -1)
+        else:
+            q_values = jnp.mean(quantiles, axis=-1)
+        return NetworkOutput(q_values=q_values, quantiles=quantiles, taus=taus)
+
+
 @register("head", "q")
-def q_head(config) -> QHead:
+def q_head(config, *, features: int = 0, key: PRNGKeyArray | None = None) -> QHead:
     """Scalar action values (DQN)."""
-    del config
+    del config, features, key
     return QHead()
 
 
 @register("head", "categorical")
-def categorical_head(config) -> CategoricalHead:
+def categorical_head(
+    config, *, features: int = 0, key: PRNGKeyArray | None = None
+) -> CategoricalHead:
     """Categorical distribution on ``num_atoms`` atoms in ``[v_min, v_max]`` (C51)."""
+    del features, key
     if not config.v_min < config.v_max or config.num_atoms < 2:
         raise ValueError(
             "categorical head needs num_atoms >= 2 and v_min < v_max; got "
@@ -132,6 +270,19 @@ def categorical_head(config) -> CategoricalHead:
 
 
 @register("head", "quantile")
-def quantile_head(config) -> QuantileHead:
+def quantile_head(config, *, features: int = 0, key: PRNGKeyArray | None = None) -> QuantileHead:
     """``num_quantiles`` quantile values per action (QR-DQN)."""
+    del features, key
     return QuantileHead(int(config.num_quantiles))
+
+
+@register("head", "iqn")
+def iqn_head(config, *, features: int, key: PRNGKeyArray) -> ImplicitQuantileHead:
+    """Implicit quantiles (IQN): ``num_cosines`` cosines embedded to the ``features`` size."""
+    return ImplicitQuantileHead(
+        eqx.nn.Linear(int(config.num_cosines), int(features), key=key),
+        int(config.num_cosines),
+        int(config.num_samples),
+        int(config.num_target_samples),
+        int(config.num_policy_samples),
+    )

@@ -9,7 +9,10 @@ signatures.
 Conventions (Equinox): a network acts on **one** observation; callers batch with ``jax.vmap``.
 ``key`` is the noise key of noisy layers: ``key=None`` uses their mean weights (deterministic);
 inside ``jax.vmap(lambda o: net(o, key=k))`` the key is unbatched, so one noise sample is shared
-by the whole batch, as in Fortunato et al. (2018). Non-noisy networks ignore ``key``.
+by the whole batch, as in Fortunato et al. (2018). Non-noisy networks ignore ``key``. A network
+whose head samples per example (``net.samples``, IQN's τ) also takes a ``sample_key`` of its own
+for each example and a ``role`` (:data:`zoo.networks.heads.Role`); :func:`apply_batch` calls any
+network on a batch the right way.
 
 Observations: ``uint8`` inputs are cast to ``float32`` and divided by 255, anything else is cast to
 ``float32``; images are channels-first ``[C, H, W]`` as envpool returns them.
@@ -28,7 +31,7 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from zoo import registry
 from zoo.networks.cores import AbstractCore
-from zoo.networks.heads import AbstractHead
+from zoo.networks.heads import AbstractHead, Role
 from zoo.networks.layers import MLP
 from zoo.networks.torsos import glorot_uniform
 from zoo.types import NetworkOutput
@@ -38,6 +41,7 @@ __all__ = [
     "FeedForwardNetwork",
     "RecurrentNetwork",
     "SingleStream",
+    "apply_batch",
     "build_network",
     "glorot_uniform_everywhere",
     "preprocess",
@@ -162,21 +166,38 @@ class FeedForwardNetwork(eqx.Module):
     streams: SingleStream | DuelingStreams
     head: AbstractHead
 
-    def __call__(self, observation: Array, *, key: PRNGKeyArray | None = None) -> NetworkOutput:
+    @property
+    def samples(self) -> bool:
+        """Whether the head samples per example (then pass ``sample_key``)."""
+        return self.head.samples
+
+    def __call__(
+        self,
+        observation: Array,
+        *,
+        key: PRNGKeyArray | None = None,
+        sample_key: PRNGKeyArray | None = None,
+        role: Role = "learn",
+    ) -> NetworkOutput:
         """Args:
           observation: one observation (``uint8`` images are scaled by 1/255).
           key: noise key of noisy layers; ``None`` uses their mean weights.
+          sample_key: this example's key, for a head that samples (``self.samples``).
+          role: who evaluates the network (``act``, ``learn``, ``bootstrap``); sampling heads
+            draw as many samples as the role asks.
 
         Returns:
           A :class:`NetworkOutput` with ``q_values`` ``[A]`` and the head's other fields.
         """
         torso_key, stream_key = _split(key, 2)
         features = self.torso(preprocess(observation), key=torso_key)
-        return self.head(self.streams(features, key=stream_key))
+        return self.head.apply(
+            features, self.streams, key=stream_key, sample_key=sample_key, role=role
+        )
 
 
 # ``atoms`` is the head's fixed support: an unroll does not stack it over time.
-_UNROLL_OUT_AXES = NetworkOutput(q_values=0, logits=0, atoms=None, quantiles=0)
+_UNROLL_OUT_AXES = NetworkOutput(q_values=0, logits=0, atoms=None, quantiles=0, taus=0)
 
 
 @typing.final
@@ -196,26 +217,51 @@ class RecurrentNetwork(eqx.Module):
         """The core's zero state for one example, e.g. ``(h, c)`` of ``[size]`` arrays."""
         return self.core.initial_state()
 
-    def _output(self, x: Array, key: PRNGKeyArray | None) -> NetworkOutput:
-        return self.head(self.streams(x, key=key))
+    @property
+    def samples(self) -> bool:
+        """Whether the head samples per example (then pass ``sample_key``)."""
+        return self.head.samples
+
+    def _output(
+        self,
+        x: Array,
+        key: PRNGKeyArray | None,
+        sample_key: PRNGKeyArray | None = None,
+        role: Role = "learn",
+    ) -> NetworkOutput:
+        return self.head.apply(x, self.streams, key=key, sample_key=sample_key, role=role)
 
     def __call__(
-        self, observation: Array, state: PyTree[Array], *, key: PRNGKeyArray | None = None
+        self,
+        observation: Array,
+        state: PyTree[Array],
+        *,
+        key: PRNGKeyArray | None = None,
+        sample_key: PRNGKeyArray | None = None,
+        role: Role = "learn",
     ) -> tuple[NetworkOutput, PyTree[Array]]:
         """One step on one observation: ``(output, new_state)``."""
         torso_key, core_key, stream_key = _split(key, 3)
         features = self.torso(preprocess(observation), key=torso_key)
         features, state = self.core(features, state, key=core_key)
-        return self._output(features, stream_key), state
+        return self._output(features, stream_key, sample_key, role), state
 
     def unroll(
-        self, observations: Array, state: PyTree[Array], *, key: PRNGKeyArray | None = None
+        self,
+        observations: Array,
+        state: PyTree[Array],
+        *,
+        key: PRNGKeyArray | None = None,
+        sample_key: PRNGKeyArray | None = None,
+        role: Role = "learn",
     ) -> tuple[NetworkOutput, PyTree[Array]]:
         """Runs the network over a sequence ``[T, ...]`` of one example from ``state``.
 
         Equal to calling the network step by step with the same ``key`` (one noise sample for the
-        whole sequence). The state is never reset inside the sequence (as in the reference R2D2).
-        The torso and the output layers are batched over time; only the core is scanned.
+        whole sequence) and, for a sampling head, step ``t``'s sample key
+        ``jax.random.split(sample_key, T)[t]``. The state is never reset inside the sequence (as
+        in the reference R2D2). The torso and the output layers are batched over time; only the
+        core is scanned.
 
         Returns:
           ``(output, final_state)``; every field of ``output`` has a leading ``T`` axis except
@@ -229,10 +275,49 @@ class RecurrentNetwork(eqx.Module):
             return carry, y
 
         state, features = jax.lax.scan(step, state, features)
-        outputs = jax.vmap(lambda x: self._output(x, stream_key), out_axes=_UNROLL_OUT_AXES)(
-            features
-        )
+        length = observations.shape[0]
+        step_keys = None if sample_key is None else jax.random.split(sample_key, length)
+        outputs = jax.vmap(
+            lambda x, k: self._output(x, stream_key, k, role), out_axes=_UNROLL_OUT_AXES
+        )(features, step_keys)
         return outputs, state
+
+
+def apply_batch(
+    net: Any,
+    observations: Array,
+    key: PRNGKeyArray | None,
+    *,
+    role: Role = "learn",
+    state: PyTree[Array] | None = None,
+) -> Any:
+    """Calls a network on a batch ``[B, ...]`` of observations (one step of a recurrent one with
+    its ``state`` ``[B, ...]``).
+
+    The noise of noisy layers is one sample shared by the batch (``key``), as in Fortunato et
+    al. (2018). A network whose head samples per example (``net.samples``, IQN's τ) gets its
+    own ``sample_key`` for each example, split from ``key``, and the ``role``; any other network,
+    a user's included, is called exactly as ``net(o, key=key)`` (``net(o, s, key=key)``).
+
+    Returns:
+      The batched output (and, with ``state``, the new state), as ``jax.vmap`` gives them.
+    """
+    size = observations.shape[0]
+    if getattr(net, "samples", False):
+        if key is None:
+            raise ValueError("a network whose head samples per example needs a key")
+        noise_key, sample_key = jax.random.split(key)
+        sample_keys = jax.random.split(sample_key, size)
+        if state is None:
+            return jax.vmap(lambda o, k: net(o, key=noise_key, sample_key=k, role=role))(
+                observations, sample_keys
+            )
+        return jax.vmap(lambda o, s, k: net(o, s, key=noise_key, sample_key=k, role=role))(
+            observations, state, sample_keys
+        )
+    if state is None:
+        return jax.vmap(lambda o: net(o, key=key))(observations)
+    return jax.vmap(lambda o, s: net(o, s, key=key))(observations, state)
 
 
 def _feature_count(fn: Any, *args: Any) -> int:
@@ -281,7 +366,10 @@ def build_network(
             core, jax.ShapeDtypeStruct((features,), jnp.float32), core.initial_state()
         )
 
-    head = registry.get("head", config.head.kind)(config.head)
+    # the head's own key: the other layers draw exactly what they drew before heads held any
+    head = registry.get("head", config.head.kind)(
+        config.head, features=features, key=jax.random.fold_in(key, 2)
+    )
     stream_cls = DuelingStreams if config.dueling else SingleStream
     streams = stream_cls(
         features,

@@ -20,6 +20,7 @@ __all__ = [
     "CategoricalHead",
     "Head",
     "ImpalaCnnTorso",
+    "ImplicitQuantileHead",
     "LstmCore",
     "MinatarCnnTorso",
     "MlpTorso",
@@ -179,11 +180,34 @@ class QuantileHead(Head):
     num_quantiles: int = Field(200, ge=1, description="number of quantiles N")
 
 
+class ImplicitQuantileHead(Head):
+    """IQN (Dabney et al. 2018b): quantiles at fractions τ ~ U(0, 1) drawn per example, each
+    embedded with cosines; dqn_zoo's and Dopamine's defaults."""
+
+    output: ClassVar[str] = "quantiles"
+    td_losses: ClassVar[tuple[str, ...] | None] = QuantileHead.td_losses
+    trained_with: ClassVar[str] = QuantileHead.trained_with
+    td_fix: ClassVar[str] = QuantileHead.td_fix
+
+    kind: Literal["iqn"] = "iqn"
+    num_cosines: int = Field(64, ge=1, description="cosines cos(π·i·τ), i = 1..M, embedding τ")
+    num_samples: int = Field(64, ge=1, description="N: fractions τ at the state learned")
+    num_target_samples: int = Field(
+        64, ge=1, description="N′: fractions τ′ of the target quantiles at the next state"
+    )
+    num_policy_samples: int = Field(
+        32,
+        ge=1,
+        description="K: fractions whose mean quantile picks the greedy action "
+        "(acting, and the bootstrap's policy at the next state)",
+    )
+
+
 _Torso = axis(
     "torso", Union[AutoTorso, MlpTorso, NatureCnnTorso, ImpalaCnnTorso, MinatarCnnTorso], "auto"
 )
 _Core = axis("core", Union[LstmCore], None)
-_Head = axis("head", Union[QHead, CategoricalHead, QuantileHead], "q")
+_Head = axis("head", Union[QHead, CategoricalHead, QuantileHead, ImplicitQuantileHead], "q")
 
 
 class NetworkSpec(Model):
@@ -220,7 +244,8 @@ class NetworkSpec(Model):
     head: _Head = Field(
         default_factory=lambda: QHead(),
         description="q | {kind: categorical, num_atoms, v_min, v_max} | "
-        "{kind: quantile, num_quantiles}",
+        "{kind: quantile, num_quantiles} | {kind: iqn, num_cosines, num_samples, "
+        "num_target_samples, num_policy_samples}",
     )
 
     def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
