@@ -68,7 +68,17 @@ LOOPS: dict[str, tuple[str, int, dict[str, Any], int, int, int]] = {
     "cartpole-8": ("CartPole-v1", 8, CARTPOLE, 40_000, 400_000, 200_000),
 }
 
-ALGORITHMS = ("dqn", "c51", "qr_dqn", "mdqn", "prioritized_ddqn", "prioritized_c51", "rainbow")
+ALGORITHMS = (
+    "dqn",
+    "c51",
+    "qr_dqn",
+    "iqn",
+    "m_iqn",
+    "mdqn",
+    "prioritized_ddqn",
+    "prioritized_c51",
+    "rainbow",
+)
 
 #: PQN beside DQN, each preset as users run it (its own environments, network, replay or
 #: rollout; a DQN replay's warm-up lowered so that learning starts inside the run):
