@@ -656,6 +656,10 @@ def test_impala_width_multiplies_every_channel_count():
     assert [c.in_channels for c in _convs(torso)] == [2, 4, 4, 4, 4, 4, 6, 6, 6, 6]
     # 12 → 6 → 3 after two stride-2 poolings
     assert jax.eval_shape(torso, jax.ShapeDtypeStruct((2, 12, 12), jnp.float32)).shape == (6 * 9,)
+    # Beyond The Rainbow's torso on Atari frames: conv_out_size = 1152 · model_size = 2304
+    btr = SimpleNamespace(channels=[16, 32, 32], width=2, pool=[6, 6], spectral_norm=True)
+    frames = jax.ShapeDtypeStruct((4, 84, 84), jnp.float32)
+    assert jax.eval_shape(_impala(btr, (4, 84, 84)), frames).shape == (2304,)
 
 
 def test_impala_adaptive_pool_fixes_the_feature_count_after_the_relu():

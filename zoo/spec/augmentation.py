@@ -69,5 +69,5 @@ class RandomShift(Augmentation):
         4,
         ge=1,
         description="pixels of edge (replicate) padding on each side; shifts are uniform over "
-        "[−pad, pad] (DrQ and Dopamine's DrQ(ε): 4)",
+        "[−pad, pad] (DrQ and Dopamine's DrQ(ε) pad by 4)",
     )
