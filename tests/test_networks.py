@@ -598,3 +598,161 @@ def test_norm_is_validated_by_the_spec():
     assert spec.network.norm == "layer_norm" and spec.network.torso.norm == "none"
     with pytest.raises(zoo.spec.SpecError, match="layer_norm"):
         zoo.load_algorithm("dqn", overrides={"network.norm": "batch_norm"})
+
+
+# ------------------------------------------- Beyond The Rainbow's IMPALA: width, pool, spectral
+
+
+def _numpy_adaptive_max_pool(x: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """PyTorch's AdaptiveMaxPool2d written out: bin i spans [⌊i·H/h⌋, ⌈(i+1)·H/h⌉)."""
+    c, h, w = x.shape
+    out = np.empty((c, out_h, out_w), x.dtype)
+    for i in range(out_h):
+        r0, r1 = math.floor(i * h / out_h), math.ceil((i + 1) * h / out_h)
+        for j in range(out_w):
+            c0, c1 = math.floor(j * w / out_w), math.ceil((j + 1) * w / out_w)
+            for k in range(c):
+                out[k, i, j] = x[k, r0:r1, c0:c1].max()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("in_hw", "out_hw"), [((11, 11), (6, 6)), ((6, 6), (6, 6)), ((7, 10), (3, 4)), ((4, 5), (6, 6))]
+)
+def test_adaptive_max_pool_matches_a_numpy_loop(in_hw, out_hw):
+    # overlapping bins (11 → 6), the identity (6 → 6), uneven sides, and more bins than rows
+    x = np.asarray(jax.random.normal(jax.random.key(3), (3, *in_hw)))
+    pooled = np.asarray(jax.jit(lambda a: zn.adaptive_max_pool(a, out_hw))(jnp.asarray(x)))
+    np.testing.assert_array_equal(pooled, _numpy_adaptive_max_pool(x, *out_hw))
+    assert zn.adaptive_pool_bins(11, 6) == [(0, 2), (1, 4), (3, 6), (5, 8), (7, 10), (9, 11)]
+
+
+def _impala(config: SimpleNamespace, obs_shape=(2, 12, 12), seed: int = 0) -> zn.ImpalaCNN:
+    return zn.impala_cnn_torso(config, obs_shape, key=jax.random.key(seed))
+
+
+def _convs(torso: zn.ImpalaCNN) -> list[eqx.nn.Conv2d]:
+    is_conv = lambda x: isinstance(x, eqx.nn.Conv2d)  # noqa: E731
+    return [x for x in jax.tree.leaves(torso, is_leaf=is_conv) if is_conv(x)]
+
+
+def test_impala_defaults_build_todays_network_bit_for_bit():
+    from zoo.spec.network import ImpalaCnnTorso
+
+    x = jax.random.uniform(jax.random.key(4), (2, 12, 12))
+    old = _impala(SimpleNamespace(channels=[2, 3]))  # a config without the new fields
+    new = _impala(ImpalaCnnTorso(channels=[2, 3]))  # the spec's defaults
+    assert jax.tree.structure(old) == jax.tree.structure(new)
+    for a, b in zip(jax.tree.leaves(old), jax.tree.leaves(new), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(old(x), new(x))
+    assert new.pool is None and all(type(c) is eqx.nn.Conv2d for c in _convs(new))
+
+
+def test_impala_width_multiplies_every_channel_count():
+    torso = _impala(SimpleNamespace(channels=[2, 3], width=2))
+    # per stack: the stack's convolution, then two blocks of two convolutions
+    assert [c.out_channels for c in _convs(torso)] == [4] * 5 + [6] * 5
+    assert [c.in_channels for c in _convs(torso)] == [2, 4, 4, 4, 4, 4, 6, 6, 6, 6]
+    # 12 → 6 → 3 after two stride-2 poolings
+    assert jax.eval_shape(torso, jax.ShapeDtypeStruct((2, 12, 12), jnp.float32)).shape == (6 * 9,)
+    # Beyond The Rainbow's torso on Atari frames: conv_out_size = 1152 · model_size = 2304
+    btr = SimpleNamespace(channels=[16, 32, 32], width=2, pool=[6, 6], spectral_norm=True)
+    frames = jax.ShapeDtypeStruct((4, 84, 84), jnp.float32)
+    assert jax.eval_shape(_impala(btr, (4, 84, 84)), frames).shape == (2304,)
+
+
+def test_impala_adaptive_pool_fixes_the_feature_count_after_the_relu():
+    config = SimpleNamespace(channels=[2, 3], pool=[2, 2])
+    pooled, plain = _impala(config), _impala(SimpleNamespace(channels=[2, 3]))
+    for side in (12, 20):  # final maps 3×3 and 5×5: the same 3·2·2 features
+        x = jax.random.uniform(jax.random.key(side), (2, side, side))
+        features = pooled(x)
+        assert features.shape == (3 * 2 * 2,)
+        final = np.asarray(plain(x)).reshape(3, side // 4 + (side % 4 > 0), -1)  # ReLU'd map
+        expected = _numpy_adaptive_max_pool(final, 2, 2).ravel()
+        np.testing.assert_allclose(features, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_spectral_norm_estimates_the_largest_singular_value():
+    # Equinox's initialisation of 3×3 convolutions: singular values close together, the slowest
+    # case for the power iteration; a dense layer too
+    layers = [
+        eqx.nn.Conv2d(32, 32, 3, padding="SAME", key=jax.random.key(32)),
+        eqx.nn.Conv2d(64, 64, 3, padding="SAME", key=jax.random.key(64)),
+        eqx.nn.Linear(48, 20, key=jax.random.key(7)),
+    ]
+    for layer in layers:
+        matrix = layer.weight.reshape(layer.weight.shape[0], -1)
+        true = float(jnp.linalg.norm(matrix, 2))
+        errors = [1 - float(zn.spectral_norm_sigma(layer.weight, k)) / true for k in (1, 4, 16)]
+        assert all(e >= -1e-6 for e in errors)  # ‖Wv‖ never exceeds σ₁
+        assert errors[0] > errors[1] > errors[2]
+        assert errors[2] < 0.01  # the default 16 iterations: within 1%
+        normalised = zn.SpectralNorm(layer).normalized().weight
+        spectral = float(jnp.linalg.norm(normalised.reshape(matrix.shape), 2))
+        assert 1.0 <= spectral < 1.01
+    # the wrapped layer computes with W / σ, the bias untouched
+    dense = zn.SpectralNorm(layers[2], 16)
+    x = jax.random.normal(jax.random.key(8), (48,))
+    sigma = zn.spectral_norm_sigma(layers[2].weight, 16)
+    np.testing.assert_allclose(
+        dense(x), layers[2].weight @ x / sigma + layers[2].bias, rtol=1e-5, atol=1e-6
+    )
+
+
+def test_spectral_norm_gradient_treats_the_singular_vectors_as_constants():
+    # PyTorch's gradient: σ = uᵀWv with u, v fixed, so dσ/dW = u vᵀ; converged, u and v are the
+    # top singular vectors (up to a common sign)
+    weight = jax.random.normal(jax.random.key(9), (6, 10))
+    grad = jax.grad(lambda w: zn.spectral_norm_sigma(w, 200))(weight)
+    left, _, right = np.linalg.svd(np.asarray(weight))
+    np.testing.assert_allclose(grad, np.outer(left[:, 0], right[0]), atol=1e-4)
+
+
+def test_impala_spectral_norm_wraps_the_residual_convolutions_only():
+    config = SimpleNamespace(channels=[2, 3], spectral_norm=True, power_iterations=3)
+    torso, plain = _impala(config), _impala(SimpleNamespace(channels=[2, 3]))
+    for stack, plain_stack in zip(torso.stacks, plain.stacks, strict=True):
+        assert type(stack.conv) is eqx.nn.Conv2d  # the stack's first convolution is plain (BTR)
+        for block, plain_block in zip(stack.blocks, plain_stack.blocks, strict=True):
+            for conv, plain_conv in (
+                (block.conv0, plain_block.conv0),
+                (block.conv1, plain_block.conv1),
+            ):
+                assert isinstance(conv, zn.SpectralNorm) and conv.iterations == 3
+                np.testing.assert_array_equal(conv.layer.weight, plain_conv.weight)  # same init
+    x = jax.random.uniform(jax.random.key(5), (2, 12, 12))
+    # the same torso with each residual weight divided by its estimate by hand
+    by_hand = jax.tree.map(
+        lambda m: m.normalized() if isinstance(m, zn.SpectralNorm) else m,
+        torso,
+        is_leaf=lambda m: isinstance(m, zn.SpectralNorm),
+    )
+    np.testing.assert_allclose(eqx.filter_jit(torso)(x), by_hand(x), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(torso(x), plain(x))
+    # the trained parameter is the unnormalised weight: gradients reach it
+    grads = eqx.filter_grad(lambda t: jnp.sum(t(x) ** 2))(torso)
+    assert float(jnp.abs(grads.stacks[0].blocks[0].conv0.layer.weight).sum()) > 0
+
+
+def test_impala_options_are_validated_by_the_spec():
+    import zoo
+
+    btr = {
+        "network.torso": {"kind": "impala_cnn", "width": 2, "pool": [6, 6], "spectral_norm": True}
+    }
+    torso = zoo.load_algorithm("dqn", overrides=btr).network.torso
+    assert (torso.width, torso.pool, torso.spectral_norm, torso.power_iterations) == (
+        2,
+        [6, 6],
+        True,
+        16,
+    )
+    for bad, match in (
+        ({"pool": [6]}, "network.torso.pool: List should have at least 2 items"),
+        ({"width": 0}, "network.torso.width: Input should be greater than 0"),
+        ({"power_iterations": 0}, "network.torso.power_iterations: Input should be greater"),
+    ):
+        with pytest.raises(zoo.spec.SpecError, match=match):
+            zoo.load_algorithm("dqn", overrides={"network.torso": {"kind": "impala_cnn", **bad}})

@@ -37,6 +37,7 @@ BUILTINS = {
     "td": {"squared", "huber", "cross_entropy"},
     "optimizer": {"adam", "rmsprop"},
     "schedule": {"constant", "linear", "exponential"},
+    "augmentation": {"random_shift"},
 }
 
 MINE = "mine: {extends: dqn, loss: {td: {kind: log_cosh, scale: 2.0}}}\n"

@@ -385,6 +385,7 @@ def test_axis_paths_are_read_off_the_axis_declarations():
         ("loss", "regularizer"): "regularizer",
         ("loss", "importance_exponent"): "schedule",
         ("loss", "priority"): "priority",
+        ("augmentation",): "augmentation",
         ("optimizer",): "optimizer",
         ("schedule", "epsilon"): "schedule",
     }

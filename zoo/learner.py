@@ -11,6 +11,11 @@ training loop runs whichever learner it is given, and a run picks it with
 Target updates happen every ``schedule.target_update_period`` learner updates:
 ``target ← rate·online + (1 − rate)·target`` with ``rate = schedule.target_update_rate`` (1 copies
 the online parameters, as DQN; below 1 is Polyak averaging).
+
+With an ``augmentation`` in the spec, each update first augments the batch's observations
+(:mod:`zoo.augmentation`) with a key split from the update's loss key (and, data-parallel, folded
+with the device's index, so that each shard draws its own shifts); without one nothing is split
+and the update is exactly what it was.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from zoo.augmentation import augment_batch, build_augmentation
 from zoo.losses import build_loss
 from zoo.optimizers import build_optimizer
 from zoo.spec import AlgorithmSpec
@@ -58,6 +64,7 @@ class Learner:
 
     Attributes:
       loss: the composed loss (its ``metric_names`` and ``prioritized`` describe ``LossAux``).
+      augment: the spec's augmentation of sampled batches, or ``None``.
       num_devices: the local devices one update runs on (1).
       num_shards: the parts each update's batch is split into (1: taken whole).
     """
@@ -69,6 +76,7 @@ class Learner:
         self.spec = spec
         self.axis_name = axis_name
         self.loss = build_loss(spec, axis_name=axis_name)
+        self.augment = build_augmentation(spec.augmentation)
         self.optimizer = build_optimizer(spec.optimizer)
         self.target_update_period = int(spec.schedule.target_update_period)
         self.target_update_rate = float(spec.schedule.target_update_rate)
@@ -90,6 +98,11 @@ class Learner:
     ) -> tuple[LearnerState, LossAux]:
         """One gradient step on ``batch`` and, when due, a target update."""
         key, loss_key = jax.random.split(state.key)
+        if self.augment is not None:
+            loss_key, augment_key = jax.random.split(loss_key)
+            if self.axis_name is not None:
+                augment_key = jax.random.fold_in(augment_key, jax.lax.axis_index(self.axis_name))
+            batch = augment_batch(self.augment, augment_key, batch)
 
         def objective(online: Any) -> tuple[jax.Array, LossAux]:
             return self.loss(

@@ -59,10 +59,12 @@ AXES: dict[str, str] = {
     "optimizer": "optax optimizer: adam, rmsprop",
     "replay": "replay kind: uniform, prioritized",
     "schedule": "scalar schedule of a step count: constant, linear, exponential",
+    "augmentation": "observation augmentation of sampled transition batches: random_shift",
 }
 
 # Modules whose import registers the built-in factories of each axis.
 _BUILTIN_MODULES = (
+    "zoo.augmentation",
     "zoo.losses",
     "zoo.networks",
     "zoo.optimizers",

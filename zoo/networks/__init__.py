@@ -21,7 +21,17 @@ from zoo.networks.heads import (
     q_head,
     quantile_head,
 )
-from zoo.networks.layers import MLP, ChannelLayerNorm, NoisyLinear, linear, scale_noise
+from zoo.networks.layers import (
+    MLP,
+    ChannelLayerNorm,
+    NoisyLinear,
+    SpectralNorm,
+    adaptive_max_pool,
+    adaptive_pool_bins,
+    linear,
+    scale_noise,
+    spectral_norm_sigma,
+)
 from zoo.networks.network import (
     DuelingStreams,
     FeedForwardNetwork,
@@ -60,6 +70,9 @@ __all__ = [
     "QuantileHead",
     "RecurrentNetwork",
     "SingleStream",
+    "SpectralNorm",
+    "adaptive_max_pool",
+    "adaptive_pool_bins",
     "auto_torso",
     "build_network",
     "categorical_head",
@@ -73,4 +86,5 @@ __all__ = [
     "q_head",
     "quantile_head",
     "scale_noise",
+    "spectral_norm_sigma",
 ]

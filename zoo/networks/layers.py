@@ -1,4 +1,5 @@
-"""Dense layers shared by torsos, cores and output streams: plain and noisy linear maps, MLPs.
+"""Layers shared by torsos, cores and output streams: plain and noisy linear maps, MLPs, layer
+normalisation over channels, spectral normalisation and adaptive max pooling.
 
 Every layer here is called on **one** example as ``layer(x, *, key=None)`` (the Equinox
 convention; batch with ``jax.vmap``). ``key`` is the noise key of noisy layers and is ignored by
@@ -20,7 +21,21 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-__all__ = ["MLP", "NORM_EPS", "ChannelLayerNorm", "NoisyLinear", "linear", "scale_noise"]
+from zoo.spec.network import POWER_ITERATIONS
+
+__all__ = [
+    "MLP",
+    "NORM_EPS",
+    "POWER_ITERATIONS",
+    "ChannelLayerNorm",
+    "NoisyLinear",
+    "SpectralNorm",
+    "adaptive_max_pool",
+    "adaptive_pool_bins",
+    "linear",
+    "scale_noise",
+    "spectral_norm_sigma",
+]
 
 #: ε of every layer normalisation: Flax's ``nn.LayerNorm`` default, which purejaxql's PQN uses.
 NORM_EPS = 1e-6
@@ -202,3 +217,107 @@ class MLP(eqx.Module):
                     x = self.norms[i](x)
                 x = jax.nn.relu(x)
         return x
+
+
+#: ε of the power iteration's normalisations (``torch.nn.utils.spectral_norm``'s default).
+SPECTRAL_EPS = 1e-12
+
+
+def _normalize(x: Array) -> Array:
+    return x / jnp.maximum(jnp.linalg.norm(x), SPECTRAL_EPS)
+
+
+def spectral_norm_sigma(weight: Float[Array, "out ..."], iterations: int) -> Float[Array, ""]:
+    """The largest singular value ``σ(W)`` of ``weight`` by ``iterations`` power iterations.
+
+    ``W`` is ``weight`` reshaped to ``[out, in·∏window]`` (Equinox's kernels are
+    ``[out, in, *window]``; PyTorch's ``spectral_norm`` reshapes the same way, ``dim=0``). From
+    ``u₀``, a fixed pseudo-random unit vector (``jax.random.key(0)``, so the result is a function
+    of ``W`` alone), each iteration is ``v ← W^T u / ‖W^T u‖``, ``u ← W v / ‖W v‖``, and
+    ``σ = u^T W v`` (Miyato et al. 2018, "Spectral Normalization for Generative Adversarial
+    Networks", https://arxiv.org/abs/1802.05957, algorithm 1). As in PyTorch, ``u`` and ``v`` are
+    constants to the gradient (``stop_gradient``): only ``u^T W v`` is differentiated.
+
+    The estimate never exceeds the true ``σ`` (``u^T W v = ‖W v‖``) and approaches it as
+    ``(σ₂/σ₁)^{2k}``; ``tests/test_networks.py`` measures the error against
+    ``jnp.linalg.norm(W, 2)``.
+    """
+    matrix = weight.reshape(weight.shape[0], -1)
+    frozen = jax.lax.stop_gradient(matrix)
+    u = _normalize(jax.random.normal(jax.random.key(0), (matrix.shape[0],), matrix.dtype))
+    if iterations < 1:
+        raise ValueError(
+            f"spectral normalisation needs at least one power iteration, got {iterations}"
+        )
+    for _ in range(iterations):
+        v = _normalize(frozen.T @ u)
+        u = _normalize(frozen @ v)
+    u, v = jax.lax.stop_gradient(u), jax.lax.stop_gradient(v)
+    return u @ (matrix @ v)
+
+
+@typing.final
+class SpectralNorm(eqx.Module):
+    """A layer whose weight is divided by its largest singular value: ``W / σ(W)`` (Miyato et
+    al. 2018, "Spectral Normalization for Generative Adversarial Networks",
+    https://arxiv.org/abs/1802.05957), wrapping an ``eqx.nn.Conv`` or ``eqx.nn.Linear`` (any
+    module with a ``weight`` whose first axis is the output). The bias is left as it is.
+
+    **State.** PyTorch's ``torch.nn.utils.spectral_norm`` (which Beyond The Rainbow uses through
+    ``torch.nn.utils.parametrizations.spectral_norm``) keeps the power iteration's vector ``u`` as
+    a buffer: 15 iterations when the layer is made, then one per forward pass in training mode,
+    each continuing from the last, so ``σ`` is accurate once the weights have moved slowly for a
+    while; in evaluation mode ``u`` is frozen. Here the learner changes parameters only through
+    gradients, and an array in the module would be trained, averaged into the target network and
+    checkpointed. So this layer holds no state: every call runs ``iterations`` power iterations
+    from the same fixed start (:func:`spectral_norm_sigma`), and the normalised weight is a pure
+    function of ``W``, the same when acting and learning, in the online and the target network.
+    The price is ``iterations`` matrix–vector pairs per call instead of one, on the weight alone
+    (inside ``jax.vmap`` over a batch they are computed once, not per example), and an estimate
+    that does not improve over training: with ``k`` iterations it is low by a factor about
+    ``(σ₂/σ₁)^{2k}``. With Equinox's initialisation of a 3×3 convolution of 32 or 64 channels
+    (singular values close together, the slowest case) 16 iterations are within 1%.
+
+    Attributes:
+      layer: the wrapped layer, holding the unnormalised weight (the parameter trained).
+      iterations: power iterations per call.
+    """
+
+    layer: eqx.Module
+    iterations: int = eqx.field(static=True, default=POWER_ITERATIONS)
+
+    def normalized(self) -> eqx.Module:
+        """The wrapped layer with its weight divided by :func:`spectral_norm_sigma`."""
+        weight = self.layer.weight
+        sigma = spectral_norm_sigma(weight, self.iterations)
+        return eqx.tree_at(lambda layer: layer.weight, self.layer, weight / sigma)
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        del key  # the wrapped layers here are not noisy
+        return self.normalized()(x)
+
+
+def adaptive_pool_bins(size: int, bins: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each of ``bins`` bins over ``size`` positions, as PyTorch's
+    ``AdaptiveMaxPool2d``: ``start = ⌊i·size/bins⌋``, ``end = ⌈(i+1)·size/bins⌉``. Bins may
+    overlap, and with ``bins > size`` positions repeat."""
+    return [((i * size) // bins, -((-(i + 1) * size) // bins)) for i in range(bins)]
+
+
+def adaptive_max_pool(
+    x: Float[Array, "c h w"], size: tuple[int, int] | Sequence[int]
+) -> Float[Array, "c out_h out_w"]:
+    """Max pooling of a ``[C, H, W]`` map to ``[C, size[0], size[1]]`` with PyTorch's
+    ``AdaptiveMaxPool2d`` bins (:func:`adaptive_pool_bins`), as Beyond The Rainbow pools its
+    IMPALA features to 6×6 (Clark et al. 2024, https://arxiv.org/abs/2411.03820).
+
+    The maximum over a rectangle is the maximum over its rows of the maximum over its columns,
+    so the map is pooled along ``H`` and then along ``W`` (``h + w`` reductions, not ``h·w``).
+    """
+    out_h, out_w = (int(n) for n in size)
+    rows = jnp.stack(
+        [x[:, a:b, :].max(axis=1) for a, b in adaptive_pool_bins(x.shape[1], out_h)], 1
+    )
+    return jnp.stack(
+        [rows[:, :, a:b].max(axis=2) for a, b in adaptive_pool_bins(x.shape[2], out_w)], 2
+    )

@@ -33,7 +33,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from zoo.networks.layers import MLP, ChannelLayerNorm
+from zoo.networks.layers import (
+    MLP,
+    POWER_ITERATIONS,
+    ChannelLayerNorm,
+    SpectralNorm,
+    adaptive_max_pool,
+)
 from zoo.registry import register
 
 __all__ = [
@@ -98,10 +104,14 @@ class NatureCNN(eqx.Module):
 
 @typing.final
 class ImpalaResidualBlock(eqx.Module):
-    """``x + conv(relu(conv(relu(x))))`` with 3×3 SAME convolutions (Espeholt et al. 2018)."""
+    """``x + conv(relu(conv(relu(x))))`` with 3×3 SAME convolutions (Espeholt et al. 2018).
 
-    conv0: eqx.nn.Conv2d
-    conv1: eqx.nn.Conv2d
+    With ``spectral_norm`` both convolutions are :class:`~zoo.networks.layers.SpectralNorm`
+    wrappers of them (Beyond The Rainbow normalises exactly these two per block).
+    """
+
+    conv0: eqx.nn.Conv2d | SpectralNorm
+    conv1: eqx.nn.Conv2d | SpectralNorm
 
     def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "c h w"]:
         y = self.conv0(jax.nn.relu(x))
@@ -136,9 +146,22 @@ class ImpalaCNN(eqx.Module):
 
     One :class:`ImpalaStack` per entry of ``channels`` (default ``[16, 32, 32]``), then ReLU and
     flatten. The paper's fully connected 256-unit layer is ``network.hidden``, not the torso.
+
+    Beyond The Rainbow's widened variant (Clark et al. 2024, "Beyond The Rainbow: High
+    Performance Deep Reinforcement Learning on a Desktop PC", https://arxiv.org/abs/2411.03820;
+    VIPTankz/BTR ``networks.py``, ``ImpalaCNNLargeIQN``) is the same torso with every channel
+    count doubled (``width: 2``), spectral normalisation on the residual blocks' convolutions
+    and, after the final ReLU, an adaptive max pooling to 6×6 (``pool``), which fixes the
+    feature count (``6·6·64 = 2304``) whatever the frame size.
+
+    Attributes:
+      stacks: the stacks, in order.
+      pool: ``(h, w)`` of the adaptive max pooling after the final ReLU
+        (:func:`~zoo.networks.layers.adaptive_max_pool`), or ``None`` for none.
     """
 
     stacks: tuple[ImpalaStack, ...]
+    pool: tuple[int, int] | None = eqx.field(static=True, default=None)
 
     def __call__(
         self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
@@ -146,7 +169,10 @@ class ImpalaCNN(eqx.Module):
         del key
         for stack in self.stacks:
             x = stack(x)
-        return jnp.ravel(jax.nn.relu(x))
+        x = jax.nn.relu(x)
+        if self.pool is not None:
+            x = adaptive_max_pool(x, self.pool)
+        return jnp.ravel(x)
 
 
 @typing.final
@@ -230,29 +256,47 @@ def nature_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKey
     return NatureCNN(convs, norms)
 
 
+def _conv3x3(c_in: int, c_out: int, key: PRNGKeyArray) -> eqx.nn.Conv2d:
+    """A 3×3 SAME convolution of stride 1 (every convolution of the IMPALA torso)."""
+    return eqx.nn.Conv2d(c_in, c_out, kernel_size=3, padding="SAME", key=key)
+
+
 @register("torso", "impala_cnn")
 def impala_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) -> ImpalaCNN:
-    """IMPALA's residual torso (Espeholt et al. 2018) with ``config.channels`` per stack."""
+    """IMPALA's residual torso (Espeholt et al. 2018) with ``config.channels`` per stack.
+
+    Optional (absent attributes take these defaults, which build the original network):
+    ``config.width`` (1) multiplies every channel count; ``config.pool`` (``None``) is the
+    ``[h, w]`` of an adaptive max pooling of the final map; ``config.spectral_norm`` (False)
+    wraps both convolutions of every residual block in
+    :class:`~zoo.networks.layers.SpectralNorm` with ``config.power_iterations`` iterations.
+    """
     _check_image(observation_shape, "impala_cnn")
-    channels = [int(c) for c in config.channels]
+    width = int(getattr(config, "width", 1))
+    channels = [int(c) * width for c in config.channels]
+    pool = getattr(config, "pool", None)
+    pool = None if pool is None else (int(pool[0]), int(pool[1]))
+    spectral = bool(getattr(config, "spectral_norm", False))
+    iterations = int(getattr(config, "power_iterations", POWER_ITERATIONS))
+
+    def residual_conv(c: int, k: PRNGKeyArray) -> eqx.nn.Conv2d | SpectralNorm:
+        layer = _conv3x3(c, c, k)
+        return SpectralNorm(layer, iterations) if spectral else layer
+
     in_channels = int(observation_shape[0])
     stacks = []
     for out_channels, stack_key in zip(channels, jax.random.split(key, len(channels)), strict=True):
         k_conv, *k_blocks = jax.random.split(stack_key, 5)
-
-        def conv(c_in: int, c_out: int, k: PRNGKeyArray) -> eqx.nn.Conv2d:
-            return eqx.nn.Conv2d(c_in, c_out, kernel_size=3, padding="SAME", key=k)
-
         blocks = tuple(
             ImpalaResidualBlock(
-                conv(out_channels, out_channels, k_blocks[2 * i]),
-                conv(out_channels, out_channels, k_blocks[2 * i + 1]),
+                residual_conv(out_channels, k_blocks[2 * i]),
+                residual_conv(out_channels, k_blocks[2 * i + 1]),
             )
             for i in range(2)
         )
-        stacks.append(ImpalaStack(conv(in_channels, out_channels, k_conv), blocks))
+        stacks.append(ImpalaStack(_conv3x3(in_channels, out_channels, k_conv), blocks))
         in_channels = out_channels
-    return ImpalaCNN(tuple(stacks))
+    return ImpalaCNN(tuple(stacks), pool)
 
 
 @register("torso", "minatar_cnn")

@@ -14,8 +14,9 @@ Each fact is stated once, in the module whose name says what it holds:
 - :mod:`zoo.spec.base`: the base models, axis field types (:func:`~zoo.spec.base.axis`; the axis
   paths are derived from them) and the rules hook :meth:`~zoo.spec.base.Model.spec_problems`;
 - :mod:`zoo.spec.schedules`, :mod:`zoo.spec.network`, :mod:`zoo.spec.loss`,
-  :mod:`zoo.spec.replay`, :mod:`zoo.spec.optimizers`: the components of each axis, each with the
-  cross-field rules it imposes (a head names the td losses that train it);
+  :mod:`zoo.spec.replay`, :mod:`zoo.spec.optimizers`, :mod:`zoo.spec.augmentation`: the
+  components of each axis, each with the cross-field rules it imposes (a head names the td
+  losses that train it);
 - :mod:`zoo.spec.algorithm`: :class:`AlgorithmSpec`, which gathers every part's problems;
 - :mod:`zoo.spec.presets`: presets, budgets and their references;
 - :mod:`zoo.spec.files`, :mod:`zoo.spec.overrides`, :mod:`zoo.spec.loading`: reading YAML,
@@ -31,6 +32,7 @@ which are *learner updates*.
 from __future__ import annotations
 
 from zoo.spec.algorithm import AlgorithmSpec, ScheduleSpec, spec_problems
+from zoo.spec.augmentation import Augmentation, RandomShift
 from zoo.spec.base import Component, Model, axis_paths
 from zoo.spec.describe import describe
 from zoo.spec.errors import Problem, SpecError
@@ -109,6 +111,7 @@ __all__ = [
     "AbsTdPriority",
     "Adam",
     "AlgorithmSpec",
+    "Augmentation",
     "AutoTorso",
     "Budget",
     "CategoricalHead",
@@ -142,6 +145,7 @@ __all__ = [
     "QValueRegularizer",
     "QuantileHead",
     "RAdam",
+    "RandomShift",
     "Reference",
     "ReplaySpec",
     "RmsProp",

@@ -12,9 +12,11 @@ which are *learner updates*.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Union
 
 from pydantic import Field, model_validator
 
+from zoo.spec.augmentation import RandomShift
 from zoo.spec.base import Model, axis, walk
 from zoo.spec.loss import LossSpec
 from zoo.spec.network import NetworkSpec
@@ -26,6 +28,7 @@ from zoo.spec.schedules import LinearSchedule, Schedule, probability_problems
 __all__ = ["AlgorithmSpec", "ScheduleSpec", "spec_problems"]
 
 _Optimizer = axis("optimizer", Optimizers, None)
+_Augmentation = axis("augmentation", Union[RandomShift], None)
 
 
 class ScheduleSpec(Model):
@@ -74,6 +77,13 @@ class AlgorithmSpec(Model):
         description="null (learn from the replay) | {length, epochs, minibatches, td_lambda, "
         "trace, truncation}: learn from each rollout of T vector steps with Q(λ) targets and no "
         "replay (PQN, Gallici et al. 2024); replay.* and schedule.update_period are then unused",
+    )
+    augmentation: _Augmentation | None = Field(
+        None,
+        description="null (learn from the batches as sampled) | {kind: random_shift, pad}: "
+        "augment the observations of every sampled transition batch in the learner (DrQ, "
+        "Kostrikov et al. 2020) | a kind registered with "
+        "zoo.registry.register('augmentation', NAME, config=...)",
     )
     optimizer: _Optimizer = Field(
         default_factory=lambda: Adam(), description="{kind: adam | rmsprop | radam, ...}"

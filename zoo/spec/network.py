@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "PARAMETER_COPIES",
+    "POWER_ITERATIONS",
     "AutoTorso",
     "CategoricalHead",
     "Head",
@@ -95,14 +96,46 @@ class MinatarCnnTorso(Component):
     norm: Norm = _norm_field("over the channels after the convolution")
 
 
+#: Power iterations per call of a spectrally normalised layer unless the spec says otherwise
+#: (:class:`zoo.networks.layers.SpectralNorm` explains the number).
+POWER_ITERATIONS = 16
+
+
 class ImpalaCnnTorso(Component):
-    """Espeholt et al. 2018: per stack conv3×3, max-pool 3×3/2, two residual blocks."""
+    """Espeholt et al. 2018: per stack conv3×3, max-pool 3×3/2, two residual blocks.
+
+    Beyond The Rainbow's torso (Clark et al. 2024, https://arxiv.org/abs/2411.03820) is
+    ``{kind: impala_cnn, width: 2, pool: [6, 6], spectral_norm: true}``.
+    """
 
     kind: Literal["impala_cnn"] = "impala_cnn"
     channels: list[Width] = Field(
         default_factory=lambda: [16, 32, 32],
         min_length=1,
         description="output channels of each stack",
+    )
+    width: Width = Field(
+        1,
+        description="multiplies every entry of `channels` (Beyond The Rainbow's model_size: 2)",
+    )
+    pool: list[Width] | None = Field(
+        None,
+        min_length=2,
+        max_length=2,
+        description="null | [h, w]: adaptive max pooling of the final feature map (after the "
+        "ReLU) to h×w, with PyTorch's AdaptiveMaxPool2d bins (Beyond The Rainbow: [6, 6])",
+    )
+    spectral_norm: bool = Field(
+        False,
+        description="divide the weight of both convolutions of every residual block by its "
+        "largest singular value (Miyato et al. 2018; where Beyond The Rainbow puts it), "
+        "estimated afresh at every call by `power_iterations` power iterations",
+    )
+    power_iterations: int = Field(
+        POWER_ITERATIONS,
+        ge=1,
+        description="power iterations per call of each spectrally normalised layer (no state is "
+        "kept between calls, unlike PyTorch's one iteration per call from a stored vector)",
     )
 
 
