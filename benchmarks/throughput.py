@@ -14,7 +14,8 @@ Workloads (the settings of the performance issue's table):
 - ``update``: the isolated DQN update (Nature CNN, batch 32, Adam) on a fixed batch.
 - ``memory``: a 1M-transition Atari replay filled, resident memory read from ``/proc``.
 - ``algorithms``: cost per update (sample from a full 1M-item replay + update) of DQN, C51,
-  QR-DQN, M-DQN and the prioritised variants; R2D2 per learned transition.
+  QR-DQN, IQN, M-IQN, DrQ(ε), M-DQN and the prioritised variants on the Nature CNN, DQN, IQN
+  and M-IQN on Beyond the Rainbow's torso (:data:`BTR_TORSO`); R2D2 per learned transition.
 - ``pqn-breakout`` / ``dqn-breakout``, ``pqn-minatar`` / ``dqn-minatar``, ``pqn-cartpole`` /
   ``dqn-cartpole`` (not in the default set; ``--only``): PQN's presets (Gallici et al. 2024:
   128 or 32 environments, no replay) beside DQN's on the same game, each as users run it, with
@@ -68,17 +69,31 @@ LOOPS: dict[str, tuple[str, int, dict[str, Any], int, int, int]] = {
     "cartpole-8": ("CartPole-v1", 8, CARTPOLE, 40_000, 400_000, 200_000),
 }
 
-ALGORITHMS = (
-    "dqn",
-    "c51",
-    "qr_dqn",
-    "iqn",
-    "m_iqn",
-    "mdqn",
-    "prioritized_ddqn",
-    "prioritized_c51",
-    "rainbow",
-)
+#: Beyond the Rainbow's torso (Clark et al. 2024): IMPALA ×2, adaptive max-pool 6×6, spectral
+#: normalisation on the residual convolutions.
+BTR_TORSO = {"kind": "impala_cnn", "width": 2, "pool": [6, 6], "spectral_norm": True}
+
+#: Rows of the per-update cost table: label -> (catalogue entry, overrides).
+ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
+    **{
+        name: (name, {})
+        for name in (
+            "dqn",
+            "c51",
+            "qr_dqn",
+            "iqn",
+            "m_iqn",
+            "drq_eps",
+            "mdqn",
+            "prioritized_ddqn",
+            "prioritized_c51",
+            "rainbow",
+        )
+    },
+    "dqn, BTR torso": ("dqn", {"network.torso": BTR_TORSO}),
+    "iqn, BTR torso": ("iqn", {"network.torso": BTR_TORSO}),
+    "m_iqn, BTR torso": ("m_iqn", {"network.torso": BTR_TORSO}),
+}
 
 #: PQN beside DQN, each preset as users run it (its own environments, network, replay or
 #: rollout; a DQN replay's warm-up lowered so that learning starts inside the run):
@@ -465,7 +480,7 @@ def work_memory(quick: bool) -> dict[str, Any]:
     }
 
 
-def work_algorithms(quick: bool) -> dict[str, Any]:
+def work_algorithms(quick: bool, only_rows: tuple[str, ...] = ()) -> dict[str, Any]:
     """Cost per update (sample from a full 1M-item Atari replay + update), per algorithm.
 
     The replay is 1M items (frames all zero, every item eligible: the sampler scans the same
@@ -483,11 +498,14 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
     env = make("Breakout-v5", num_envs=1, seed=0)
     rows: dict[str, Any] = {}
     calls, repeats = (5, 3) if quick else (10, 3)
-    for name in (*ALGORITHMS, "r2d2"):
+    rows_to_run = [*ALGORITHMS.items(), ("r2d2", ("r2d2", {}))]
+    if only_rows:
+        rows_to_run = [row for row in rows_to_run if row[0] in only_rows]
+    for name, (entry, extra) in rows_to_run:
         overrides: dict[str, Any] = {"replay.capacity": 1_000_000, "replay.min_size": 50_000}
-        if name == "r2d2":
+        if entry == "r2d2":
             overrides = {}
-        spec = zoo.load_algorithm(name, overrides=overrides)
+        spec = zoo.load_algorithm(entry, overrides={**overrides, **extra})
         net = zoo.build_network(
             spec,
             observation_shape=(1, 84, 84) if spec.recurrent else (4, 84, 84),
@@ -762,7 +780,8 @@ def report(results: dict[str, Any]) -> None:
     a = get("zoo:algorithms")
     if a:
         base = a["dqn"]["per_update_ms"]
-        print("\nCost per update (sample from a 1M-item replay + update, Nature CNN, Breakout):")
+        print("\nCost per update (sample from a 1M-item replay + update, Breakout; the Nature CNN")
+        print("unless the row names the BTR torso):")
         print(
             "| algorithm | sample ms | update ms | per update ms | ÷ DQN "
             "| µs per learned transition |"

@@ -192,3 +192,37 @@ def test_the_learner_augments_with_a_key_split_from_the_update_key():
     _, plain_aux = reference.update(state, batch)
     assert float(plain_aux.metrics["loss"]) != float(aux.metrics["loss"])
     assert reference.augment is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["drq_eps", "--env", "CartPole-v1"],
+            "zoo train: augmentation: random_shift shifts batches of images [B, ..., H, W]; got "
+            "observations of shape (32, 4): set `augmentation: null` for vector observations",
+        ),
+        (
+            ["dqn", "--env", "CartPole-v1", "--set", "network.torso=nature_cnn"],
+            "zoo train: network: torso 'nature_cnn' needs channels-first image observations "
+            "[C, H, W]; got observation shape (4,)",
+        ),
+    ],
+)
+def test_train_refuses_observations_the_spec_cannot_take(tmp_path, args, message):
+    """An augmentation or torso that cannot take the environment's observations is refused by
+    name before anything is built (it used to end in a traceback inside the first update), and
+    no run directory is left behind."""
+    import contextlib
+    import io
+
+    from zoo import cli
+
+    run = tmp_path / "run"
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["train", *args, "--set", "replay.min_size=40", "--steps", "100"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([*argv, "--run-dir", str(run), "--progress", "off"])
+    assert code == 2, err.getvalue()
+    assert message in err.getvalue() and "Traceback" not in err.getvalue()
+    assert not run.exists()

@@ -31,6 +31,7 @@ BUDGETS = {
     "iqn_cartpole": 100_000,
     "m_iqn_cartpole": 100_000,
     "r2d2_iqn_cartpole": 100_000,
+    "drq_eps_cartpole": 100_000,
 }
 
 

@@ -175,16 +175,39 @@ def _network_bytes(spec: AlgorithmSpec, observation_shape: Any, num_actions: int
 
     from zoo.networks import build_network
 
-    shapes = eqx.filter_eval_shape(
-        build_network,
-        spec,
-        observation_shape=tuple(observation_shape),
-        num_actions=num_actions,
-        key=jax.random.PRNGKey(0),
-    )
+    try:
+        shapes = eqx.filter_eval_shape(
+            build_network,
+            spec,
+            observation_shape=tuple(observation_shape),
+            num_actions=num_actions,
+            key=jax.random.PRNGKey(0),
+        )
+    except ValueError as e:  # a torso that cannot take these observations (an image torso)
+        raise RunRefusedError(f"network: {e}") from None
     leaves = [x for x in jax.tree.leaves(shapes) if isinstance(x, jax.ShapeDtypeStruct)]
     one = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
     return one * spec_lib.PARAMETER_COPIES
+
+
+def _check_augmentation(
+    spec: AlgorithmSpec, observation_shape: Any, observation_dtype: Any
+) -> None:
+    """Refuses, before anything is built, an augmentation that cannot take this environment's
+    observations (``random_shift`` on vector observations), traced with ``jax.eval_shape`` on
+    a batch of their shape instead of failing inside the first update."""
+    import jax
+
+    from zoo.augmentation import build_augmentation
+
+    augment = build_augmentation(spec.augmentation)
+    if augment is None:
+        return
+    batch = jax.ShapeDtypeStruct((spec.replay.batch_size, *observation_shape), observation_dtype)
+    try:
+        jax.eval_shape(augment, jax.random.PRNGKey(0), batch)
+    except (ValueError, TypeError) as e:
+        raise RunRefusedError(f"augmentation: {e}") from None
 
 
 def _resolve(
@@ -1040,6 +1063,7 @@ def _memory_needs(
         shape, dtype = probe.observation_shape, probe.observation_dtype
         stack, num_actions = probe.stack, probe.num_actions
     network_bytes = _network_bytes(spec, shape, num_actions)
+    _check_augmentation(spec, shape, dtype)
     if check:
         _check_memory(0, network_bytes, spec)
     core = None
@@ -1122,6 +1146,7 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
     # counted from shapes before anything is allocated: a network or replay that cannot fit is
     # refused with the fix instead of failing inside JAX after filling the memory
     network_bytes = _network_bytes(spec, env_obj.observation_shape, env_obj.num_actions)
+    _check_augmentation(spec, env_obj.observation_shape, env_obj.observation_dtype)
     _check_memory(0, network_bytes, spec)
     key = jax.random.PRNGKey(settings.seed)
     k_net, k_learner, k_run = jax.random.split(key, 3)
