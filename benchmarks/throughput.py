@@ -480,7 +480,7 @@ def work_memory(quick: bool) -> dict[str, Any]:
     }
 
 
-def work_algorithms(quick: bool, only_rows: tuple[str, ...] = ()) -> dict[str, Any]:
+def work_algorithms(quick: bool) -> dict[str, Any]:
     """Cost per update (sample from a full 1M-item Atari replay + update), per algorithm.
 
     The replay is 1M items (frames all zero, every item eligible: the sampler scans the same
@@ -498,10 +498,7 @@ def work_algorithms(quick: bool, only_rows: tuple[str, ...] = ()) -> dict[str, A
     env = make("Breakout-v5", num_envs=1, seed=0)
     rows: dict[str, Any] = {}
     calls, repeats = (5, 3) if quick else (10, 3)
-    rows_to_run = [*ALGORITHMS.items(), ("r2d2", ("r2d2", {}))]
-    if only_rows:
-        rows_to_run = [row for row in rows_to_run if row[0] in only_rows]
-    for name, (entry, extra) in rows_to_run:
+    for name, (entry, extra) in [*ALGORITHMS.items(), ("r2d2", ("r2d2", {}))]:
         overrides: dict[str, Any] = {"replay.capacity": 1_000_000, "replay.min_size": 50_000}
         if entry == "r2d2":
             overrides = {}
