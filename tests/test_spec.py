@@ -11,7 +11,7 @@ from zoo import spec
 from zoo.spec import SpecError
 
 REFERENCE = ["dqn", "dqn_reg", "mdqn", "prioritized_ddqn", "prioritized_c51", "qr_dqn", "r2d2"]
-PAPERS = ["double_dqn", "c51", "rainbow", "der", "iqn", "m_iqn"]
+PAPERS = ["double_dqn", "c51", "rainbow", "der", "iqn", "m_iqn", "drq_eps"]
 NOVEL = ["munchausen_qr_dqn", "munchausen_c51", "r2d2_qr", "r2d2_iqn"]
 
 
