@@ -266,9 +266,15 @@ def _project(loss_fn: Callable[..., Any], online, target, batch, key):
     return value, grads
 
 
+@functools.cache
+def loss_of(entry: str) -> Callable[..., Any]:
+    """The entry's composed loss, built once (so its compiled update is shared by the tests)."""
+    return zoo.build_loss(spec_of(entry))
+
+
 def project_answer(entry: str, online, target, batch, key, float64: bool = False) -> Answer:
     """The project's loss and gradient (float32, or float64 on float64 copies)."""
-    loss_fn = zoo.build_loss(spec_of(entry))
+    loss_fn = loss_of(entry)
     with jax.enable_x64(float64):
         args = to_float64((online, target, batch)) if float64 else (online, target, batch)
         value, grads = _project(loss_fn, *args, key)
