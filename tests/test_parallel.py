@@ -42,7 +42,8 @@ def test_two_devices_give_the_single_device_update():
         env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
     )
     rows = results(worker)
-    assert [r["name"] for r in rows] == ["prioritized_ddqn", "rainbow", "qr_dqn", "r2d2"]
+    names = ["prioritized_ddqn", "rainbow", "qr_dqn", "r2d2", "iqn", "r2d2_iqn"]
+    assert [r["name"] for r in rows] == names  # IQN: each example's fractions as on one device
     for row in rows:
         # float tolerance: the two halves' gradients are summed in another order
         assert row["params"] <= 1e-6 * max(1.0, row["scale"]), row

@@ -25,7 +25,7 @@ def max_abs_diff(a, b) -> float:
 
 def main() -> None:
     assert jax.device_count() == 2, jax.devices()
-    for name in ("prioritized_ddqn", "rainbow", "qr_dqn", "r2d2"):
+    for name in ("prioritized_ddqn", "rainbow", "qr_dqn", "r2d2", "iqn", "r2d2_iqn"):
         spec = small_spec(name)
         net = zoo.build_network(
             spec, observation_shape=OBS, num_actions=ACTIONS, key=jax.random.PRNGKey(0)

@@ -41,7 +41,7 @@ from zoo import registry
 from zoo.losses.components import Bonus, munchausen_bonus, no_bonus
 from zoo.losses.returns import q_lambda_targets
 from zoo.networks.heads import Role
-from zoo.networks.network import apply_batch
+from zoo.networks.network import apply_batch, example_keys
 from zoo.schedules import build_schedule
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, NetworkOutput, SequenceBatch, TargetBatch, Transition
@@ -76,10 +76,16 @@ def n_step_targets(r: Array, d: Array, n: int) -> tuple[Array, Array, Array]:
     return ret, gain, idx
 
 
-def _apply(net: Any, observations: Array, key: Array, role: Role = "learn") -> NetworkOutput:
+def _apply(
+    net: Any,
+    observations: Array,
+    key: Array,
+    role: Role = "learn",
+    axis_name: str | None = None,
+) -> NetworkOutput:
     """A feed-forward network over a batch; one noise sample shared by the batch, per-example
     samples for a sampling head (:func:`zoo.networks.network.apply_batch`)."""
-    return apply_batch(net, observations, key, role=role)
+    return apply_batch(net, observations, key, role=role, axis_name=axis_name)
 
 
 def _unroll(
@@ -189,10 +195,11 @@ class Loss:
     ) -> tuple[Array, Array, Array, Array]:
         k_online, k_select, k_target, k_target_tm1 = jax.random.split(key, 4)
         sg = jax.lax.stop_gradient
-        out_tm1 = _apply(online, batch.observation, k_online)
-        select_t = sg(_apply(online, batch.next_observation, k_select, "bootstrap"))
-        out_t = sg(_apply(target, batch.next_observation, k_target, "bootstrap"))
-        target_tm1 = sg(_apply(target, batch.observation, k_target_tm1, "bootstrap"))
+        axis = self._axis_name
+        out_tm1 = _apply(online, batch.observation, k_online, "learn", axis)
+        select_t = sg(_apply(online, batch.next_observation, k_select, "bootstrap", axis))
+        out_t = sg(_apply(target, batch.next_observation, k_target, "bootstrap", axis))
+        target_tm1 = sg(_apply(target, batch.observation, k_target_tm1, "bootstrap", axis))
 
         def example(o_tm1, a_tm1, r, d, o_t, q_select_t, q_target_tm1):
             pi, shift = self._bootstrap.policy(q_select_t, o_t.q_values)
@@ -214,7 +221,7 @@ class Loss:
     def _target_items(
         self, online: Any, batch: TargetBatch, key: Array
     ) -> tuple[Array, Array, Array, Array]:
-        out_tm1 = _apply(online, batch.observation, key)
+        out_tm1 = _apply(online, batch.observation, key, "learn", self._axis_name)
         # a complete return: reward = the target, discount 0; the "next state" is the same
         # output (gradient stopped, and multiplied by 0), so no other forward pass runs
         out_t = jax.lax.stop_gradient(out_tm1)
@@ -357,7 +364,9 @@ class Loss:
             return jnp.sum(m * step_loss), jnp.abs(td), m, q_sa
 
         # per-sequence keys of sampling heads (unused, and removed under jit, by the others)
-        sample_keys = jax.random.split(jax.random.fold_in(key, 1), batch.action.shape[0])
+        sample_keys = example_keys(
+            jax.random.fold_in(key, 1), batch.action.shape[0], self._axis_name
+        )
         return jax.vmap(sequence)(
             batch.observation, batch.action, batch.reward, batch.discount, state, mask, sample_keys
         )

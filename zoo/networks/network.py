@@ -43,6 +43,7 @@ __all__ = [
     "SingleStream",
     "apply_batch",
     "build_network",
+    "example_keys",
     "glorot_uniform_everywhere",
     "preprocess",
 ]
@@ -283,6 +284,22 @@ class RecurrentNetwork(eqx.Module):
         return outputs, state
 
 
+def example_keys(key: PRNGKeyArray, size: int, axis_name: str | None = None) -> PRNGKeyArray:
+    """One key per example of a batch of ``size``: ``jax.random.split(key, size)``.
+
+    Inside a data-parallel map over ``axis_name`` (each device holding ``size`` examples of the
+    global batch, in device order), each device takes its own slice of
+    ``jax.random.split(key, size · devices)``, so an example draws the same numbers as it would
+    in the global batch on one device.
+    """
+    if axis_name is None:
+        return jax.random.split(key, size)
+    devices = jax.lax.psum(1, axis_name)
+    index = jax.lax.axis_index(axis_name)
+    keys = jax.random.split(key, size * devices)
+    return jax.lax.dynamic_slice_in_dim(keys, index * size, size)
+
+
 def apply_batch(
     net: Any,
     observations: Array,
@@ -290,14 +307,17 @@ def apply_batch(
     *,
     role: Role = "learn",
     state: PyTree[Array] | None = None,
+    axis_name: str | None = None,
 ) -> Any:
     """Calls a network on a batch ``[B, ...]`` of observations (one step of a recurrent one with
     its ``state`` ``[B, ...]``).
 
     The noise of noisy layers is one sample shared by the batch (``key``), as in Fortunato et
     al. (2018). A network whose head samples per example (``net.samples``, IQN's τ) gets its
-    own ``sample_key`` for each example, split from ``key``, and the ``role``; any other network,
-    a user's included, is called exactly as ``net(o, key=key)`` (``net(o, s, key=key)``).
+    own ``sample_key`` for each example, split from ``key`` (:func:`example_keys`; with
+    ``axis_name``, the data-parallel axis, by the example's place in the global batch), and the
+    ``role``; any other network, a user's included, is called exactly as ``net(o, key=key)``
+    (``net(o, s, key=key)``).
 
     Returns:
       The batched output (and, with ``state``, the new state), as ``jax.vmap`` gives them.
@@ -307,7 +327,7 @@ def apply_batch(
         if key is None:
             raise ValueError("a network whose head samples per example needs a key")
         noise_key, sample_key = jax.random.split(key)
-        sample_keys = jax.random.split(sample_key, size)
+        sample_keys = example_keys(sample_key, size, axis_name)
         if state is None:
             return jax.vmap(lambda o, k: net(o, key=noise_key, sample_key=k, role=role))(
                 observations, sample_keys
