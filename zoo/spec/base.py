@@ -26,7 +26,17 @@ from zoo import registry
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.spec.algorithm import AlgorithmSpec
 
-__all__ = ["AxisMarker", "Component", "Model", "at", "axis", "axis_paths", "union_tags", "walk"]
+__all__ = [
+    "AxisMarker",
+    "Component",
+    "Model",
+    "a_or_an",
+    "at",
+    "axis",
+    "axis_paths",
+    "union_tags",
+    "walk",
+]
 
 
 class Model(BaseModel):
@@ -157,3 +167,8 @@ def walk(model: BaseModel) -> Iterable[Model]:
 def at(path: str, field: str) -> str:
     """``path.field``, or ``path`` where ``field`` is empty."""
     return f"{path}.{field}" if field else path
+
+
+def a_or_an(word: str) -> str:
+    """The indefinite article of ``word`` in messages (``an iqn head``, ``a quantile head``)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"

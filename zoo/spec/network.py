@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
-from zoo.spec.base import Component, Model, axis
+from zoo.spec.base import Component, Model, a_or_an, axis
 
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.spec.algorithm import AlgorithmSpec
@@ -168,8 +168,8 @@ class Head(Component):
         if self.td_losses is not None and td not in self.td_losses:
             yield (
                 "loss.td",
-                f"a {self.kind} head is trained with {self.trained_with}; got {td!r}, "
-                f"set {self.td_fix}",
+                f"{a_or_an(self.kind)} {self.kind} head is trained with {self.trained_with}; "
+                f"got {td!r}, set {self.td_fix}",
             )
 
 

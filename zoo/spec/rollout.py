@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from zoo.spec.base import Model
+from zoo.spec.base import Model, a_or_an
 from zoo.spec.replay import samples_by_priority
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,6 +98,7 @@ class RolloutSpec(Model):
         if getattr(head, "output", "values") != "values":
             yield (
                 "network.head",
-                f"a {head.kind} head: the rollout's Q(λ) targets are scalar returns (a "
-                f"distributional head would learn a point mass); set `network.head: q` {_OR}",
+                f"{a_or_an(head.kind)} {head.kind} head: the rollout's Q(λ) targets are scalar "
+                f"returns (a distributional head would learn a point mass); set `network.head: q` "
+                f"{_OR}",
             )
