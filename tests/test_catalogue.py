@@ -30,6 +30,10 @@ def small_spec(name: str) -> zoo.AlgorithmSpec:
     spec = zoo.load_algorithm(name, overrides=SMALL)
     if spec.recurrent:
         spec = zoo.load_algorithm(spec, overrides=RECURRENT_SMALL)
+    if spec.augmentation is not None:
+        # the observations here are vectors, which image augmentations refuse;
+        # tests/test_augmentation.py runs the learner with an augmentation
+        spec = zoo.load_algorithm(spec, overrides={"augmentation": None})
     return spec
 
 
@@ -90,10 +94,15 @@ def test_entry_trains_for_a_few_jitted_updates(name):
         lambda a, b: bool(jnp.any(a != b)), initial, eqx.filter(state.online, eqx.is_inexact_array)
     )
     assert all(jax.tree.leaves(changed)), f"{name}: some parameters never changed"
-    # the target stays put until its period (>= 3 updates in every entry)
-    assert spec.schedule.target_update_period > 3
+    # the target stays put until its period; with a period of 1 (DrQ(ε)) it is the online network
+    period = spec.schedule.target_update_period
     target = eqx.filter(state.target, eqx.is_inexact_array)
-    assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), initial, target)))
+    if period > 3:
+        expected = initial
+    else:
+        assert period == 1 and spec.schedule.target_update_rate == 1.0, (name, period)
+        expected = eqx.filter(state.online, eqx.is_inexact_array)
+    assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), expected, target)))
 
     if spec.replay.kind == "prioritized":
         assert aux.priorities is not None and aux.priorities.shape == (BATCH,)
