@@ -209,7 +209,7 @@ def test_the_learner_augments_with_a_key_split_from_the_update_key():
         ),
     ],
 )
-def test_train_refuses_observations_the_spec_cannot_take(tmp_path, args, message):
+def test_train_refuses_observations_the_spec_cannot_take(tmp_path, monkeypatch, args, message):
     """An augmentation or torso that cannot take the environment's observations is refused by
     name before anything is built (it used to end in a traceback inside the first update), and
     no run directory is left behind."""
@@ -218,11 +218,13 @@ def test_train_refuses_observations_the_spec_cannot_take(tmp_path, args, message
 
     from zoo import cli
 
+    monkeypatch.delenv("ZOO_PROGRESS", raising=False)
     run = tmp_path / "run"
     out, err = io.StringIO(), io.StringIO()
     argv = ["train", *args, "--set", "replay.min_size=40", "--steps", "100"]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([*argv, "--run-dir", str(run), "--progress", "off"])
+        # no --progress: in-process, the CLI would set ZOO_PROGRESS for the rest of the session
+        code = cli.main([*argv, "--run-dir", str(run)])
     assert code == 2, err.getvalue()
     assert message in err.getvalue() and "Traceback" not in err.getvalue()
     assert not run.exists()
