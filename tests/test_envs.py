@@ -540,6 +540,25 @@ def test_xla_steps_give_the_host_steps_timesteps_on_breakout(protocol):
     assert np.stack([ts.game_over for ts in host]).any()
 
 
+def test_parallel_evaluation_plays_each_environments_own_games():
+    """With ``N`` environments, environment ``i`` (seeded ``seed + i``) plays its quota of games
+    fixed in advance: the games counted are exactly those of ``N`` one-environment evaluations
+    seeded ``seed + i``, each playing that quota, whichever finish first."""
+
+    def balance(obs):  # deterministic, games of different lengths
+        return (obs[:, 2] > 0).astype(np.int32)
+
+    for episodes, num_envs in [(4, 4), (8, 4), (7, 3)]:
+        together = ze.evaluate(balance, "CartPole-v1", episodes=episodes, seed=7, num_envs=num_envs)
+        alone = []
+        for i in range(num_envs):
+            quota = episodes // num_envs + (i < episodes % num_envs)
+            alone += ze.evaluate(balance, "CartPole-v1", episodes=quota, seed=7 + i)["returns"]
+        assert together["episodes"] == episodes
+        assert sorted(together["returns"]) == sorted(alone), (episodes, num_envs)
+        assert len(set(alone)) > 1  # the games differ, so a wrong assignment would show
+
+
 def test_evaluate_counts_exact_episodes():
     result = ze.evaluate(
         lambda obs: np.zeros(len(obs), np.int32), "CartPole-v1", episodes=3, seed=0, num_envs=2

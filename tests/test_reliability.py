@@ -26,7 +26,7 @@ import yaml
 import zoo
 from zoo import cli, spec
 from zoo.metrics import read_jsonl
-from zoo.rundir import read_history, sha256_text
+from zoo.rundir import RunDir, read_history, sha256_text
 from zoo.spec import SpecError
 
 #: Where ``zoo`` is imported from, so that subprocesses import the same package.
@@ -176,6 +176,7 @@ def test_deep_nesting_is_refused_without_recursion_error(tmp_path, text):
         ("--eval-episodes", "0", "must be at least 1, got 0"),
         ("--eval-every", "0", "must be at least 1, got 0"),
         ("--eval-max-steps", "0", "must be at least 1, got 0"),
+        ("--eval-envs", "0", "must be from 1 to 4,096, got 0"),
         ("--checkpoint-every", "-1", "must be at least 1, got -1"),
         ("--seed", "-1", "must be from 0 to 2,147,483,647, got -1"),
         ("--seed", "4294967296", "must be from 0 to 2,147,483,647"),
@@ -201,6 +202,12 @@ def test_every_train_value_is_checked_before_anything_is_written(
         ({"num_envs": -3}, "--num-envs (num_envs) must be from 1 to 4,096, got -3"),
         ({"eval_every": 0}, "--eval-every (eval_every) must be at least 1, got 0"),
         ({"seed": -1}, "--seed (seed) must be from 0 to 2,147,483,647, got -1"),
+        ({"eval_envs": 0}, "--eval-envs (eval_envs) must be from 1 to 4,096, got 0"),
+        (
+            {"eval_episodes": 3, "eval_envs": 4},
+            "--eval-envs 4 is more than --eval-episodes 3: the environments past the games' "
+            "count would play games that never count; ask for at most 3",
+        ),
         ({"log_every": 2.5}, "log_every must be a whole number, got 2.5"),
         ({"stop_at_return": float("inf")}, "--stop-at-return must be a finite number"),
         ({"restart": True}, "--restart starts a run over in its own directory"),
@@ -222,6 +229,7 @@ def test_the_python_api_checks_the_same_values(tmp_path, monkeypatch, kwargs, fr
     [
         (["eval", "RUN", "--episodes", "0"], "argument --episodes: must be at least 1"),
         (["eval", "RUN", "--max-steps", "-2"], "argument --max-steps: must be at least 1"),
+        (["eval", "RUN", "--envs", "0"], "argument --envs: must be from 1"),
         (["reproduce", "dqn_cartpole", "--seeds", "0"], "argument --seeds: must be from 1"),
         (["reproduce", "dqn_cartpole", "--frames", "-9"], "argument --frames: must be at least"),
         (["reproduce", "dqn_cartpole", "--num-envs", "0"], "argument --num-envs: must be from"),
@@ -524,6 +532,7 @@ def test_resume_keeps_the_run_and_refuses_what_would_change_it(finished, tmp_pat
         (["--env", "Acrobot-v1"], "--env 'Acrobot-v1' (the run's is 'CartPole-v1')"),
         (["--seed", "1"], "--seed 1 (the run's is 0)"),
         (["--eval-episodes", "7"], "--eval-episodes 7 (the run's is 2)"),
+        (["--eval-envs", "1"], "--eval-envs 1 (the run's is 2)"),
         (["--run-dir", str(tmp_path / "other")], "--run-dir and --resume name different"),
     ]
     for extra, fragment in refusals:
@@ -566,6 +575,25 @@ def test_an_edited_spec_or_settings_file_is_refused_in_one_line(finished, tmp_pa
     (run / "run.yaml").write_text(settings.replace("seed: 0", "seed: 3"))
     code, _, err = run_cli("train", "--resume", str(run), "--steps", "600")
     assert code == 2 and "its run.yaml was edited" in err and "seed: 0 at creation, 3 in" in err
+
+
+def test_a_run_made_before_eval_envs_existed_resumes_with_one_evaluation_environment(
+    finished, tmp_path
+):
+    run = copy_run(finished[0], tmp_path / "run")
+    # what such a run's files hold: no eval_envs in run.yaml or in its creation record
+    settings = (run / "run.yaml").read_text()
+    assert "eval_envs: 2\n" in settings  # new runs: one per game (2 here)
+    (run / "run.yaml").write_text(settings.replace("eval_envs: 2\n", ""))
+    history = (run / "history.jsonl").read_text()
+    assert history.count('"eval_envs": 2, ') == 1
+    (run / "history.jsonl").write_text(history.replace('"eval_envs": 2, ', ""))
+    assert RunDir(run).settings().eval_envs == 1
+    code, _, err = run_cli("train", "--resume", str(run), "--steps", "600")
+    assert code == 0, err
+    assert env_steps(run, "eval.jsonl") == [400, 600]
+    code, _, err = run_cli("train", "--resume", str(run), "--eval-envs", "2", "--steps", "800")
+    assert code == 2 and "--eval-envs 2 (the run's is 1)" in err
 
 
 def test_extending_the_budget_is_recorded_and_metrics_stay_whole(finished, tmp_path):

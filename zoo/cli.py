@@ -194,6 +194,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             eval_every=args.eval_every,
             eval_episodes=args.eval_episodes,
             eval_max_steps=args.eval_max_steps,
+            eval_envs=args.eval_envs,
             checkpoint_every=args.checkpoint_every,
             save_replay=False if args.no_replay_checkpoint else None,
             stop_at_return=args.stop_at_return,
@@ -255,6 +256,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             episodes=args.episodes,
             seed=args.seed,
             max_steps=args.max_steps,
+            num_envs=args.envs,
             progress=True,
         )
     except RunRefusedError as e:
@@ -633,6 +635,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
     p.add_argument("--eval-episodes", type=_COUNT, help="games per evaluation (default 10)")
     p.add_argument("--eval-max-steps", type=_COUNT, help="cap on agent steps per evaluation")
+    p.add_argument(
+        "--eval-envs",
+        type=_NUM_ENVS,
+        help="environments an evaluation plays at once, each with its share of the games "
+        "(default: one per game, at most 16)",
+    )
     p.add_argument("--checkpoint-every", type=_COUNT, help="transitions between checkpoints")
     p.add_argument(
         "--no-replay-checkpoint",
@@ -655,6 +663,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=_COUNT, default=10, help="games to play")
     p.add_argument("--seed", type=_SEED, default=12345, help="evaluation seed")
     p.add_argument("--max-steps", type=_COUNT, help="cap on agent steps")
+    p.add_argument(
+        "--envs",
+        type=_NUM_ENVS,
+        help="environments played at once, each with its share of the games (default: one per "
+        "game, at most 16)",
+    )
     _progress_option(p)
     p.set_defaults(func=_cmd_eval)
 

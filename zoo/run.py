@@ -42,6 +42,7 @@ from zoo.rundir import RunDir, RunError, RunRefusedError, RunSettings, RunSettin
 from zoo.spec import AlgorithmSpec, SpecError
 
 __all__ = [
+    "DEFAULT_EVAL_ENVS",
     "MAX_NUM_ENVS",
     "MAX_SEED",
     "RunError",
@@ -242,6 +243,15 @@ def _resolve(
 MAX_SEED = 2**31 - 1
 #: The most parallel environments one run may ask for.
 MAX_NUM_ENVS = 4096
+#: The most environments an evaluation plays at once unless asked for more.
+DEFAULT_EVAL_ENVS = 16
+
+
+def default_eval_envs(episodes: int) -> int:
+    """Environments an evaluation of ``episodes`` games plays at once by default: one per game,
+    at most :data:`DEFAULT_EVAL_ENVS` (the games of one environment are played in sequence)."""
+    return max(1, min(int(episodes), DEFAULT_EVAL_ENVS))
+
 
 #: ``train`` argument -> (the ``zoo train`` flag that sets it, smallest value, largest value).
 _COUNTS: dict[str, tuple[str, int, int | None]] = {
@@ -250,6 +260,7 @@ _COUNTS: dict[str, tuple[str, int, int | None]] = {
     "eval_every": ("--eval-every", 1, None),
     "eval_episodes": ("--eval-episodes", 1, None),
     "eval_max_steps": ("--eval-max-steps", 1, None),
+    "eval_envs": ("--eval-envs", 1, MAX_NUM_ENVS),
     "checkpoint_every": ("--checkpoint-every", 1, None),
     "log_every": ("log_every", 1, None),
     "seed": ("--seed", 0, MAX_SEED),
@@ -264,6 +275,7 @@ _FLAGS = {
     "eval_every": "--eval-every",
     "eval_episodes": "--eval-episodes",
     "eval_max_steps": "--eval-max-steps",
+    "eval_envs": "--eval-envs",
     "checkpoint_every": "--checkpoint-every",
     "log_every": "log_every",
     "save_replay": "--no-replay-checkpoint",
@@ -307,6 +319,7 @@ class TrainRequest:
     eval_every: int | None = None
     eval_episodes: int | None = None
     eval_max_steps: int | None = None
+    eval_envs: int | None = None
     checkpoint_every: int | None = None
     log_every: int | None = None
     save_replay: bool | None = None
@@ -324,6 +337,7 @@ class TrainRequest:
         "eval_every",
         "eval_episodes",
         "eval_max_steps",
+        "eval_envs",
         "checkpoint_every",
         "log_every",
         "save_replay",
@@ -382,6 +396,7 @@ def train(
     eval_every: int | None = None,
     eval_episodes: int | None = None,
     eval_max_steps: int | None = None,
+    eval_envs: int | None = None,
     checkpoint_every: int | None = None,
     log_every: int | None = None,
     save_replay: bool | None = None,
@@ -414,6 +429,9 @@ def train(
       num_envs: parallel environments (default: the preset's, else 1).
       protocol: evaluation protocol (default: the environment's).
       eval_every, eval_episodes, eval_max_steps: evaluation cadence, size (default 10) and cap.
+      eval_envs: environments an evaluation plays at once (default: one per game, at most
+        :data:`DEFAULT_EVAL_ENVS`); each is assigned its share of the games before play starts
+        (:func:`zoo.envs.evaluate`), so the result does not favour short games.
       checkpoint_every, log_every: in transitions.
       save_replay: include the replay in checkpoints (default true).
       stop_at_return: stop once an evaluation's mean return reaches this.
@@ -446,6 +464,7 @@ def train(
         eval_every=eval_every,
         eval_episodes=eval_episodes,
         eval_max_steps=eval_max_steps,
+        eval_envs=eval_envs,
         checkpoint_every=checkpoint_every,
         log_every=log_every,
         save_replay=save_replay,
@@ -639,6 +658,7 @@ def _new_settings(
         "eval_every": pick("eval_every", max(steps // 10, 1)),
         "eval_episodes": pick("eval_episodes", 10),
         "eval_max_steps": given["eval_max_steps"],
+        "eval_envs": pick("eval_envs", default_eval_envs(pick("eval_episodes", 10))),
         "checkpoint_every": pick("checkpoint_every", max(steps // 5, 1)),
         "log_every": pick("log_every", max(min(steps // 100, 10_000), 1)),
         "save_replay": pick("save_replay", True),
@@ -651,6 +671,12 @@ def _new_settings(
         first = e.errors(include_url=False)[0]
         where = ".".join(map(str, first["loc"]))
         raise RunRefusedError(f"{where}: {first['msg']} (got {first.get('input')!r})") from None
+    if settings.eval_envs > settings.eval_episodes:
+        raise RunRefusedError(
+            f"--eval-envs {settings.eval_envs} is more than --eval-episodes "
+            f"{settings.eval_episodes}: the environments past the games' count would play games "
+            f"that never count; ask for at most {settings.eval_episodes} evaluation environments"
+        )
     _check_budget(spec, settings)
     return spec, settings
 
@@ -888,7 +914,7 @@ def _resumable(
     spec = _recorded_spec(run_path, created, "resume")
     if created is not None:
         lines = rundir.describe_differences(
-            created.get("settings", {}),
+            _as_created(created.get("settings", {})),
             settings.model_dump(mode="json"),
             labels=("at creation", "in run.yaml"),
             ignore=("total_env_steps",),
@@ -996,6 +1022,16 @@ def _check_requested(
         raise RunRefusedError(
             f"cannot resume {run_path} with other settings: {'; '.join(conflicts)}; {keep}"
         )
+
+
+def _as_created(recorded: Any) -> Any:
+    """The creation record's settings with the settings added since then at their defaults
+    (``eval_envs`` is 1 in a run made before it existed), so that an older run is not taken for
+    one whose run.yaml was edited; a record that is no longer valid is returned as it is."""
+    try:
+        return RunSettings(**recorded).model_dump(mode="json")
+    except (ValidationError, TypeError):
+        return recorded
 
 
 def _restart(run_path: Path, settings: RunSettings) -> None:
@@ -1409,6 +1445,7 @@ def _evaluator(
                 episodes=settings.eval_episodes,
                 seed=_seed31(settings.seed + 1 + env_steps),
                 max_steps=settings.eval_max_steps,
+                num_envs=settings.eval_envs,
                 epsilon=spec.schedule.eval_epsilon,
                 progress=shown if show_progress else None,
             )
@@ -1623,9 +1660,14 @@ def evaluate_run(
     seed: int = 12345,
     max_steps: int | None = None,
     step: int | None = None,
+    num_envs: int | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a run's checkpoint under the run's protocol; what ``zoo eval`` does.
+
+    ``num_envs`` environments play at once (default: one per game, at most
+    :data:`DEFAULT_EVAL_ENVS`), each with its share of the games fixed in advance
+    (:func:`zoo.envs.evaluate`).
 
     Where no game finishes within ``max_steps``, the game statistics are ``None`` and ``note``
     says so. With ``progress``, an evaluation that takes more than a moment shows on stderr what
@@ -1638,6 +1680,14 @@ def evaluate_run(
     check_count("eval_episodes", episodes)
     check_count("eval_max_steps", max_steps)
     check_count("seed", seed)
+    check_count("eval_envs", num_envs)
+    if num_envs is None:
+        num_envs = default_eval_envs(episodes)
+    elif num_envs > episodes:
+        raise RunRefusedError(
+            f"--envs {num_envs} is more than --episodes {episodes}: the environments past the "
+            f"games' count would play games that never count; ask for at most {episodes}"
+        )
     run_path = Path(run_dir)
     policy = load_policy(run_path, step=step)
     settings = _read_settings(run_path)
@@ -1650,6 +1700,7 @@ def evaluate_run(
         episodes=episodes,
         seed=seed,
         max_steps=max_steps,
+        num_envs=num_envs,
         epsilon=spec.schedule.eval_epsilon,
         progress=shown,
     )

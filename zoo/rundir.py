@@ -339,6 +339,13 @@ class RunSettings(BaseModel):
     eval_every: int = Field(gt=0, description="transitions between evaluations")
     eval_episodes: int = Field(gt=0, description="games per evaluation")
     eval_max_steps: int | None = Field(None, gt=0, description="cap on agent steps per evaluation")
+    eval_envs: int = Field(
+        1,
+        ge=1,
+        le=4096,
+        description="environments an evaluation plays at once (each is assigned its share of "
+        "the games in advance; 1 in runs made before the setting existed)",
+    )
     checkpoint_every: int = Field(gt=0, description="transitions between checkpoints")
     log_every: int = Field(gt=0, description="transitions between training records")
     save_replay: bool = Field(True, description="checkpoint the replay contents and priorities")
