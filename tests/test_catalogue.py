@@ -34,6 +34,15 @@ def small_spec(name: str) -> zoo.AlgorithmSpec:
         # the observations here are vectors, which image augmentations refuse;
         # tests/test_augmentation.py runs the learner with an augmentation
         spec = zoo.load_algorithm(spec, overrides={"augmentation": None})
+    if spec.optimizer.groups:
+        # a group's learning rate may be far below float32's resolution of its weights (FQF's
+        # 5e-11): here each group learns at 1e-3, so that "every parameter changes"
+        # checks that each group's gradient reaches it
+        groups = [
+            {**g.model_dump(), "optimizer": {**g.optimizer.model_dump(), "learning_rate": 1e-3}}
+            for g in spec.optimizer.groups
+        ]
+        spec = zoo.load_algorithm(spec, overrides={"optimizer.groups": groups})
     return spec
 
 

@@ -32,6 +32,7 @@ BUDGETS = {
     "m_iqn_cartpole": 100_000,
     "r2d2_iqn_cartpole": 100_000,
     "drq_eps_cartpole": 100_000,
+    "fqf_cartpole": 100_000,
 }
 
 

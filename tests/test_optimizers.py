@@ -53,3 +53,143 @@ def test_radam_in_a_spec_and_its_rules():
         zoo.load_algorithm("dqn", overrides={"optimizer": {"kind": "radam", "b2": 0.5}})
     with pytest.raises(zoo.spec.SpecError, match="learning rate of 0"):
         zoo.load_algorithm("dqn", overrides={"optimizer": {"kind": "radam", "learning_rate": 0}})
+
+
+# ------------------------------------------------------------------------------ parameter groups
+
+GROUPED = {
+    "network.torso": {"kind": "mlp", "sizes": [8]},
+    "network.hidden": [8],
+    "network.head": {"kind": "fqf", "num_cosines": 4, "num_fractions": 3},
+    "loss.td": {"kind": "huber", "delta": 1.0},
+    "optimizer": {
+        "kind": "adam",
+        "learning_rate": 0.01,
+        "eps": 1e-8,
+        "max_grad_norm": 0.5,
+        "groups": [
+            {
+                "params": "head.fraction",
+                "optimizer": {"kind": "rmsprop", "learning_rate": 0.003, "centered": True},
+            },
+            {"params": "streams.mlp.layers.1", "optimizer": {"kind": "adam", "learning_rate": 0.1}},
+        ],
+    },
+}
+
+
+def test_each_group_is_trained_by_its_own_optimizer():
+    """Three updates of a network through the grouped optimizer equal three updates of each part
+    by its own optax optimizer (clipping applies to the main optimizer's parameters alone)."""
+    import equinox as eqx
+
+    from zoo.networks import build_network
+
+    spec = zoo.load_algorithm("dqn", overrides=GROUPED)
+    net = build_network(spec, (4,), 2, key=jax.random.key(0))
+    params = eqx.filter(net, eqx.is_inexact_array)
+    leaves, treedef = jax.tree.flatten(params)
+    paths = [
+        zoo.optimizers.parameter_path(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)
+    ]
+    fraction = [i for i, p in enumerate(paths) if p.startswith("head.fraction.")]
+    last = [i for i, p in enumerate(paths) if p.startswith("streams.mlp.layers.1.")]
+    assert len(fraction) == 2 and len(last) == 2 and len(paths) == 10
+
+    rng = np.random.default_rng(0)
+    grads = [[jnp.asarray(rng.normal(size=x.shape) * 3, x.dtype) for x in leaves] for _ in range(3)]
+
+    opt = build_optimizer(spec.optimizer)
+    state, got = opt.init(params), params
+    for g in grads:
+        updates, state = opt.update(jax.tree.unflatten(treedef, g), state, got)
+        got = optax.apply_updates(got, updates)
+
+    def alone(tx, idx):
+        p = [leaves[i] for i in idx]
+        s = tx.init(p)
+        for g in grads:
+            u, s = tx.update([g[i] for i in idx], s, p)
+            p = optax.apply_updates(p, u)
+        return p
+
+    main = [i for i in range(len(leaves)) if i not in fraction + last]
+    want = dict(
+        zip(
+            main,
+            alone(optax.chain(optax.clip_by_global_norm(0.5), optax.adam(0.01, eps=1e-8)), main),
+            strict=True,
+        )
+    )
+    rms = optax.rmsprop(0.003, decay=0.95, eps=0.01 / 32**2, centered=True)
+    want.update(zip(fraction, alone(rms, fraction), strict=True))
+    want.update(zip(last, alone(optax.adam(0.1, eps=1.5e-4), last), strict=True))
+    for i, x in enumerate(jax.tree.leaves(got)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(want[i]), rtol=1e-5, err_msg=paths[i])
+    # the groups' parameters moved differently from what the main optimizer alone would do
+    only_main = alone(
+        optax.chain(optax.clip_by_global_norm(0.5), optax.adam(0.01, eps=1e-8)), fraction
+    )
+    assert not np.allclose(np.asarray(only_main[0]), np.asarray(want[fraction[0]]))
+
+
+@pytest.mark.parametrize(
+    ("groups", "path", "fragment"),
+    [
+        (
+            [
+                {"params": "head", "optimizer": "adam"},
+                {"params": "head.fraction", "optimizer": "adam"},
+            ],
+            "optimizer.groups[1].params",
+            "'head.fraction' overlaps the earlier group 'head'",
+        ),
+        (
+            [{"params": "torso", "optimizer": {"kind": "adam", "learning_rate": 0}}],
+            "optimizer.groups[0].optimizer.learning_rate",
+            "a learning rate of 0 never changes the network",
+        ),
+        (
+            [
+                {
+                    "params": "torso",
+                    "optimizer": {
+                        "kind": "adam",
+                        "groups": [{"params": "head", "optimizer": "adam"}],
+                    },
+                }
+            ],
+            "optimizer.groups[0].optimizer.groups",
+            "a group's optimizer cannot have groups of its own",
+        ),
+        (
+            [{"params": "torso", "optimizer": {"kind": "radam", "b2": 0.5}}],
+            "optimizer.groups[0].optimizer.threshold",
+            "RAdam would never take an adaptive step",
+        ),
+    ],
+)
+def test_group_problems_name_the_group(groups, path, fragment):
+    with pytest.raises(zoo.SpecError) as e:
+        zoo.load_algorithm("dqn", overrides={"optimizer.groups": groups})
+    assert f"{path}: " in str(e.value) and fragment in str(e.value)
+
+
+def test_a_group_that_names_no_parameter_is_refused_before_training(tmp_path):
+    from zoo.run import RunRefusedError
+
+    run = tmp_path / "run"
+    with pytest.raises(RunRefusedError) as e:
+        zoo.train(
+            "dqn_cartpole",
+            total_env_steps=2000,
+            run_dir=run,
+            overrides={"optimizer.groups": [{"params": "head.fractoin", "optimizer": "adam"}]},
+            progress=False,
+        )
+    assert str(e.value) == (
+        "optimizer.groups[0].params 'head.fractoin' names no parameter of the network; its "
+        "parts with parameters are: streams.mlp.layers.0, streams.mlp.layers.1, "
+        "streams.mlp.layers.2"
+    )
+    assert not run.exists()

@@ -26,6 +26,7 @@ from zoo.envs import get_protocol
 DQN_ZOO = "deepmind/dqn_zoo@f87bb1f1 dqn_zoo"
 DOPAMINE_DQN = "google/dopamine dopamine/jax/agents/dqn/configs/dqn.gin"
 RR = "JohanSamir/revisiting_rainbow revisiting_rainbow/Configs"
+FQF = "microsoft/FQF@0980bde dopamine/agents/fqf"
 
 #: preset -> {dotted field path of the resolved algorithm: (published value, where it was checked)}
 PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
@@ -238,6 +239,33 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "loss.importance_exponent.value": (0.5, "rainbow_agent_new.py 1/sqrt(probs)"),
         "optimizer.learning_rate.value": (1e-4, f"{RR}/rainbow_<game>.gin"),
     },
+    "fqf": {
+        "network.head.num_fractions": (32, f"{FQF}/configs/fqf.gin num_tau_samples"),
+        "network.head.num_cosines": (64, f"{FQF}/fqf_agent.py quantile_embedding_dim"),
+        "network.head.entropy_coef": (1e-6, f"{FQF}/fqf_agent.py fqf_ent 0.001 x 0.001"),
+        "loss.td.delta": (1.0, f"{FQF}/configs/fqf.gin kappa"),
+        "loss.n_step": (1, f"{FQF}/configs/fqf.gin update_horizon"),
+        "optimizer.kind": ("adam", f"{FQF}/configs/fqf.gin AdamOptimizer"),
+        "optimizer.learning_rate.value": (5e-5, f"{FQF}/configs/fqf.gin learning_rate"),
+        "optimizer.eps": (3.125e-4, f"{FQF}/configs/fqf.gin epsilon"),
+        "optimizer.groups.0.params": ("head.fraction", f"{FQF}/fqf_agent.py 'fqf' scope"),
+        "optimizer.groups.0.optimizer.kind": ("rmsprop", f"{FQF}/fqf_agent.py optimizer1"),
+        "optimizer.groups.0.optimizer.learning_rate.value": (
+            5e-5 * 1e-6,
+            f"{FQF}/fqf_agent.py 0.00005 x fqf_factor",
+        ),
+        "optimizer.groups.0.optimizer.decay": (0.95, f"{FQF}/fqf_agent.py decay"),
+        "optimizer.groups.0.optimizer.centered": (True, f"{FQF}/fqf_agent.py centered"),
+        "optimizer.groups.0.optimizer.eps": (1e-5 / 32**2, f"{FQF}/fqf_agent.py eps / 32²"),
+        "replay.capacity": (1_000_000, f"{FQF}/configs/fqf.gin replay_capacity"),
+        "replay.min_size": (50_000, f"{FQF}/configs/fqf.gin min_replay_history"),
+        "replay.batch_size": (32, f"{FQF}/configs/fqf.gin batch_size"),
+        "schedule.update_period": (4, f"{FQF}/configs/fqf.gin update_period"),
+        "schedule.target_update_period": (2_500, f"{FQF}/configs/fqf.gin 10000 steps"),
+        "schedule.epsilon.end": (0.01, f"{FQF}/configs/fqf.gin epsilon_train"),
+        "schedule.epsilon.steps": (1_000_000, f"{FQF}/configs/fqf.gin epsilon_decay_period"),
+        "schedule.eval_epsilon": (0.001, f"{FQF}/configs/fqf.gin epsilon_eval"),
+    },
     "mdqn_minatar": {
         "loss.temperature": (0.03, f"{RR}/dqn_<game>.gin tau"),
         "loss.munchausen.alpha": (0.9, f"{RR}/dqn_<game>.gin alpha"),
@@ -307,7 +335,7 @@ TAGS = ("[V]", "[R]", "[3P]")
 
 def _get(model: Any, path: str) -> Any:
     for part in path.split("."):
-        model = getattr(model, part)
+        model = model[int(part)] if part.isdigit() else getattr(model, part)
     return model
 
 

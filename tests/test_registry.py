@@ -27,8 +27,8 @@ from zoo.spec import SpecError
 #: Built-in names each axis must offer (more may be added).
 BUILTINS = {
     "bootstrap": {"max", "double", "soft"},
-    "head": {"q", "categorical", "quantile", "iqn"},
-    "head_loss": {"q", "categorical", "quantile", "iqn"},
+    "head": {"q", "categorical", "quantile", "iqn", "fqf"},
+    "head_loss": {"q", "categorical", "quantile", "iqn", "fqf"},
     "torso": {"auto", "mlp", "nature_cnn", "impala_cnn", "minatar_cnn"},
     "core": {"lstm"},
     "value_transform": {"identity", "signed_hyperbolic"},

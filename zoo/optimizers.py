@@ -2,18 +2,108 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
 import optax
 
 from zoo import registry
 from zoo.schedules import build_schedule
 from zoo.spec import Adam, RAdam, RmsProp
 
-__all__ = ["adam", "build_optimizer", "radam", "rmsprop"]
+__all__ = [
+    "MAIN",
+    "adam",
+    "build_optimizer",
+    "check_groups",
+    "group_labels",
+    "parameter_path",
+    "radam",
+    "rmsprop",
+]
 
 
 def build_optimizer(config: object) -> optax.GradientTransformation:
-    """The optax transformation of a validated optimizer config (any registered kind)."""
-    return registry.get("optimizer", config.kind)(config)  # type: ignore[attr-defined]
+    """The optax transformation of a validated optimizer config (any registered kind).
+
+    With ``groups``, each group's parameters (:class:`zoo.spec.ParamGroup`) are trained by its
+    own optimizer and the rest by this one (``optax.multi_transform``); each optimizer clips its
+    own parameters' gradients where it sets ``max_grad_norm``.
+    """
+    main = registry.get("optimizer", config.kind)(config)  # type: ignore[attr-defined]
+    groups = list(getattr(config, "groups", None) or ())
+    if not groups:
+        return main
+    transforms = {MAIN: main}
+    for i, group in enumerate(groups):
+        transforms[f"groups[{i}]"] = build_optimizer(group.optimizer)
+    prefixes = [group.params for group in groups]
+    return optax.multi_transform(transforms, functools.partial(group_labels, prefixes))
+
+
+#: The label of the parameters no group claims (the main optimizer's).
+MAIN = "main"
+
+
+def parameter_path(path: tuple[Any, ...]) -> str:
+    """A parameter's dotted path from its pytree key path (``head.fraction.weight``,
+    ``torso.layers.0.weight``)."""
+    parts = []
+    for entry in path:
+        for attribute in ("name", "key", "idx"):
+            if hasattr(entry, attribute):
+                parts.append(str(getattr(entry, attribute)))
+                break
+        else:
+            parts.append(str(entry))
+    return ".".join(parts)
+
+
+def group_labels(prefixes: Sequence[str], params: Any) -> Any:
+    """The label of each parameter of ``params``: ``groups[i]`` for the first group whose dotted
+    path it lies under, else :data:`MAIN`.
+
+    Raises:
+      ValueError: a group names no parameter of the network (with the parts it has).
+    """
+    claimed = [0] * len(prefixes)
+
+    def label(path: tuple[Any, ...], _: Any) -> str:
+        name = parameter_path(path)
+        for i, prefix in enumerate(prefixes):
+            if name == prefix or name.startswith(prefix + "."):
+                claimed[i] += 1
+                return f"groups[{i}]"
+        return MAIN
+
+    labels = jax.tree_util.tree_map_with_path(label, params)
+    for i, count in enumerate(claimed):
+        if count == 0:
+            names = [parameter_path(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+            parts = sorted({n.rsplit(".", 1)[0] for n in names})
+            raise ValueError(
+                f"optimizer.groups[{i}].params {prefixes[i]!r} names no parameter of the "
+                f"network; its parts with parameters are: {', '.join(parts)}"
+            )
+    return labels
+
+
+def check_groups(config: object, network: Any) -> None:
+    """Raise :class:`ValueError` where a group of ``config`` names no parameter of ``network``,
+    a network or its shapes (``eqx.filter_eval_shape``), before anything is allocated."""
+    groups = list(getattr(config, "groups", None) or ())
+    if groups:
+        group_labels([g.params for g in groups], eqx.filter(network, _is_parameter))
+
+
+def _is_parameter(x: Any) -> bool:
+    """A floating array, or the shape of one."""
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return bool(jax.numpy.issubdtype(x.dtype, jax.numpy.inexact))
+    return eqx.is_inexact_array(x)
 
 
 def _with_clipping(

@@ -175,6 +175,7 @@ def _network_bytes(spec: AlgorithmSpec, observation_shape: Any, num_actions: int
     import numpy as np
 
     from zoo.networks import build_network
+    from zoo.optimizers import check_groups
 
     try:
         shapes = eqx.filter_eval_shape(
@@ -186,6 +187,10 @@ def _network_bytes(spec: AlgorithmSpec, observation_shape: Any, num_actions: int
         )
     except ValueError as e:  # a torso that cannot take these observations (an image torso)
         raise RunRefusedError(f"network: {e}") from None
+    try:
+        check_groups(spec.optimizer, shapes)
+    except ValueError as e:  # a parameter group that names no part of the network
+        raise RunRefusedError(str(e)) from None
     leaves = [x for x in jax.tree.leaves(shapes) if isinstance(x, jax.ShapeDtypeStruct)]
     one = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
     return one * spec_lib.PARAMETER_COPIES

@@ -25,7 +25,13 @@ class NetworkOutput(NamedTuple):
       quantiles: ``[A, N]`` quantile values, quantile heads only: at the fractions ``taus``, or
         at the midpoints ``(i + 1/2)/N`` where ``taus`` is ``None`` (QR-DQN).
       taus: ``[N]`` the quantile fractions of ``quantiles`` where a head samples them per example
-        (IQN, Dabney et al. 2018b); ``None`` for fixed midpoints.
+        (IQN, Dabney et al. 2018b) or proposes them (FQF: the midpoints τ̂ of its fractions);
+        ``None`` for fixed midpoints.
+      fractions: ``[N − 1]`` the interior fractions ``τ_1 … τ_{N−1}`` a fraction proposal network
+        proposes (FQF, Yang et al. 2019), differentiable with respect to that network only;
+        ``None`` for other heads.
+      fraction_quantiles: ``[A, N − 1]`` the quantile values at ``fractions`` (FQF's fraction
+        loss reads them under a stop-gradient), in the ``learn`` role only.
     """
 
     q_values: Array
@@ -33,6 +39,8 @@ class NetworkOutput(NamedTuple):
     atoms: Array | None = None
     quantiles: Array | None = None
     taus: Array | None = None
+    fractions: Array | None = None
+    fraction_quantiles: Array | None = None
 
 
 class Transition(NamedTuple):

@@ -39,7 +39,14 @@ HeadLoss = Callable[
     [NetworkOutput, Array, Array, Array, NetworkOutput, Array, Array, TxPair], tuple[Array, Array]
 ]
 
-__all__ = ["HeadLoss", "categorical_loss", "categorical_project", "q_loss", "quantile_loss"]
+__all__ = [
+    "HeadLoss",
+    "categorical_loss",
+    "categorical_project",
+    "fqf_loss",
+    "q_loss",
+    "quantile_loss",
+]
 
 
 def _bootstrap(values_t: Array, pi_t: Array, shift_t: Array, tx: TxPair) -> Array:
@@ -85,6 +92,38 @@ def quantile_loss(config, *, td: Callable[[Array], Array]) -> HeadLoss:
         weight = jnp.abs(taus[:, None] - jax.lax.stop_gradient((delta < 0).astype(theta.dtype)))
         loss = jnp.sum(jnp.mean(weight * td(delta), axis=-1))
         return loss, jnp.mean(target) - jnp.mean(theta)
+
+    return fn
+
+
+@registry.register("head_loss", "fqf")
+def fqf_loss(config, *, td: Callable[[Array], Array]) -> HeadLoss:
+    """FQF (Yang et al. 2019): the quantile loss at the proposed midpoints plus the fraction loss.
+
+    The quantile part is :func:`quantile_loss` with the online output's midpoints ``τ̂`` (no
+    gradient through them) and the target network's own proposed quantiles at s′, averaged
+    uniformly over the target quantiles as microsoft/FQF's ``_build_train_op`` does. The
+    fraction loss is the paper's 1-Wasserstein gradient (its Proposition 1) applied to the
+    interior fractions of the action taken:
+
+        ∂W₁/∂τᵢ = 2·F⁻¹(τᵢ) − F⁻¹(τ̂ᵢ) − F⁻¹(τ̂ᵢ₋₁),   i = 1 … N − 1,
+
+    as ``Σᵢ stop_gradient(∂W₁/∂τᵢ)·τᵢ``, whose gradient with respect to the proposal layer is the
+    source's ``tf.gradients(quantile_tau, fqf_params, grad_ys=gradient_tau)``, minus
+    ``entropy_coef · Σᵢ −τᵢ·log τᵢ``. The head routes each part's gradient to its own
+    parameters (:class:`zoo.networks.heads.FullyParameterizedQuantileHead`), so one loss trains
+    both with the optimizer of each (``optimizer.groups``). The loss reported is the sum.
+    """
+    quantile = quantile_loss(config, td=td)
+
+    def fn(out_tm1, a_tm1, r, d, out_t, pi_t, shift_t, tx):
+        loss, error = quantile(out_tm1, a_tm1, r, d, out_t, pi_t, shift_t, tx)
+        at_midpoints = out_tm1.quantiles[a_tm1]
+        gradient = 2.0 * out_tm1.fraction_quantiles[a_tm1] - at_midpoints[1:] - at_midpoints[:-1]
+        fractions = out_tm1.fractions
+        fraction_loss = jnp.sum(jax.lax.stop_gradient(gradient) * fractions)
+        entropy = -jnp.sum(fractions * jnp.log(fractions))
+        return loss + fraction_loss - config.entropy_coef * entropy, error
 
     return fn
 

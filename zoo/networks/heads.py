@@ -47,11 +47,14 @@ __all__ = [
     "ROLES",
     "AbstractHead",
     "CategoricalHead",
+    "FullyParameterizedQuantileHead",
     "ImplicitQuantileHead",
     "QHead",
     "QuantileHead",
     "Role",
     "categorical_head",
+    "cosine_quantile_values",
+    "fqf_head",
     "iqn_head",
     "q_head",
     "quantile_head",
@@ -71,9 +74,14 @@ class AbstractHead(eqx.Module):
     Attributes:
       samples: whether the head draws random numbers per example (IQN's τ); networks with such
         a head take a ``sample_key`` per example.
+      reads_role: whether the head's output depends on the ``role`` without sampling.
     """
 
     samples: ClassVar[bool] = False
+    #: Whether the head's output depends on who evaluates it (:data:`Role`) although it does not
+    #: sample (FQF computes its fraction loss's extra quantiles for ``learn`` only); sampling
+    #: heads always get the role.
+    reads_role: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod
@@ -169,6 +177,24 @@ class QuantileHead(AbstractHead):
         return NetworkOutput(q_values=jnp.mean(values, axis=-1), quantiles=values)
 
 
+def cosine_quantile_values(
+    embedding: eqx.nn.Linear,
+    features: Float[Array, " features"],
+    streams: Callable[..., Float[Array, "actions 1"]],
+    taus: Float[Array, " fractions"],
+    key: PRNGKeyArray | None = None,
+) -> Float[Array, "actions fractions"]:
+    """``Z_τ(s, a)`` at each fraction of ``taus``, ``[A, len(taus)]``: the output layers run on
+    ``features ⊙ ReLU(embedding([cos(π·i·τ)]_{i=1..M}))`` (IQN's eq. 4, also FQF's quantile
+    value network); ``M`` is the embedding's input size."""
+    num_cosines = embedding.in_features
+    multiples = jnp.arange(1, num_cosines + 1, dtype=features.dtype) * jnp.pi
+    cosines = jnp.cos(multiples[None, :] * taus[:, None])
+    embedded = jax.nn.relu(jax.vmap(embedding)(cosines))
+    values = jax.vmap(lambda x: streams(x, key=key))(features[None, :] * embedded)
+    return values[..., 0].T
+
+
 @typing.final
 class ImplicitQuantileHead(AbstractHead):
     """Implicit quantiles (IQN: Dabney, Ostrovski, Silver & Munos 2018, "Implicit Quantile
@@ -210,11 +236,7 @@ class ImplicitQuantileHead(AbstractHead):
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "actions samples"]:
         """``Z_τ(s, a)`` for each fraction in ``taus``: ``[A, len(taus)]``."""
-        multiples = jnp.arange(1, self.num_cosines + 1, dtype=features.dtype) * jnp.pi
-        cosines = jnp.cos(multiples[None, :] * taus[:, None])
-        embedded = jax.nn.relu(jax.vmap(self.embedding)(cosines))
-        values = jax.vmap(lambda x: streams(x, key=key))(features[None, :] * embedded)
-        return values[..., 0].T
+        return cosine_quantile_values(self.embedding, features, streams, taus, key)
 
     def apply(
         self,
@@ -248,6 +270,77 @@ class ImplicitQuantileHead(AbstractHead):
         return NetworkOutput(q_values=q_values, quantiles=quantiles, taus=taus)
 
 
+@typing.final
+class FullyParameterizedQuantileHead(AbstractHead):
+    """Proposed quantile fractions (FQF: Yang, Zhao, Lin, Qin, Bian & Liu 2019, "Fully
+    Parameterized Quantile Function for Distributional Reinforcement Learning",
+    https://arxiv.org/abs/1911.02140; as microsoft/FQF's ``fqf_network``).
+
+    A fraction proposal layer maps the features to ``N`` logits; their softmax, summed
+    cumulatively, gives fractions ``0 = τ_0 < τ_1 < … < τ_N ≈ 1``. The quantile value network is
+    IQN's (:func:`cosine_quantile_values`), evaluated at the midpoints ``τ̂_i = (τ_i + τ_{i+1})/2``:
+    ``quantiles`` ``[A, N]`` at ``taus = τ̂``, and ``q_values = Σ_i (τ_{i+1} − τ_i)·Z_τ̂_i`` (the
+    paper's eq. for Q; the source's ``ws`` variant) in every role. In the ``learn`` role the head
+    also returns the interior fractions ``fractions = τ_1 … τ_{N−1}`` and the quantile values at
+    them (``fraction_quantiles``), which FQF's fraction loss needs (:mod:`zoo.losses.heads`).
+
+    Gradients follow the source's two optimisers, so that one loss can train both parts: the
+    fractions behind ``quantiles`` use a stopped copy of the proposal layer (the quantile loss
+    reaches the torso through them, as in the source's graph, but never the proposal layer), and
+    ``fractions`` are proposed from stopped features (the fraction loss reaches the proposal
+    layer only). ``taus`` and ``fraction_quantiles`` carry no gradient.
+    """
+
+    reads_role: ClassVar[bool] = True
+
+    fraction: eqx.nn.Linear
+    embedding: eqx.nn.Linear
+    num_fractions: int = eqx.field(static=True)
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    @staticmethod
+    def propose(
+        fraction: eqx.nn.Linear, features: Float[Array, " features"]
+    ) -> Float[Array, " fractions_plus_one"]:
+        """``[τ_0 = 0, τ_1, …, τ_N]``: the cumulative softmax of ``fraction(features)``."""
+        probabilities = jax.nn.softmax(fraction(features))
+        return jnp.concatenate([jnp.zeros((1,), probabilities.dtype), jnp.cumsum(probabilities)])
+
+    def apply(
+        self,
+        features: Float[Array, " features"],
+        streams: Callable[..., Float[Array, "actions outputs"]],
+        *,
+        key: PRNGKeyArray | None = None,
+        sample_key: PRNGKeyArray | None = None,
+        role: Role = "learn",
+    ) -> NetworkOutput:
+        del sample_key
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        taus = self.propose(jax.lax.stop_gradient(self.fraction), features)
+        hats = (taus[1:] + taus[:-1]) / 2
+        quantiles = cosine_quantile_values(self.embedding, features, streams, hats, key)
+        q_values = quantiles @ (taus[1:] - taus[:-1])
+        fractions = fraction_quantiles = None
+        if role == "learn":
+            fractions = self.propose(self.fraction, jax.lax.stop_gradient(features))[1:-1]
+            interior = jax.lax.stop_gradient(taus[1:-1])
+            fraction_quantiles = jax.lax.stop_gradient(
+                cosine_quantile_values(self.embedding, features, streams, interior, key)
+            )
+        return NetworkOutput(
+            q_values=q_values,
+            quantiles=quantiles,
+            taus=jax.lax.stop_gradient(hats),
+            fractions=fractions,
+            fraction_quantiles=fraction_quantiles,
+        )
+
+
 @register("head", "q")
 def q_head(config, *, features: int = 0, key: PRNGKeyArray | None = None) -> QHead:
     """Scalar action values (DQN)."""
@@ -274,6 +367,18 @@ def quantile_head(config, *, features: int = 0, key: PRNGKeyArray | None = None)
     """``num_quantiles`` quantile values per action (QR-DQN)."""
     del features, key
     return QuantileHead(int(config.num_quantiles))
+
+
+@register("head", "fqf")
+def fqf_head(config, *, features: int, key: PRNGKeyArray) -> FullyParameterizedQuantileHead:
+    """FQF: a ``num_fractions``-way fraction proposal layer and IQN's quantile value network
+    (``num_cosines`` cosines embedded to the ``features`` size)."""
+    k_fraction, k_embedding = jax.random.split(key)
+    return FullyParameterizedQuantileHead(
+        eqx.nn.Linear(int(features), int(config.num_fractions), key=k_fraction),
+        eqx.nn.Linear(int(config.num_cosines), int(features), key=k_embedding),
+        int(config.num_fractions),
+    )
 
 
 @register("head", "iqn")

@@ -172,6 +172,11 @@ class FeedForwardNetwork(eqx.Module):
         """Whether the head samples per example (then pass ``sample_key``)."""
         return self.head.samples
 
+    @property
+    def reads_role(self) -> bool:
+        """Whether the head's output depends on the ``role`` (then pass it)."""
+        return self.head.samples or self.head.reads_role
+
     def __call__(
         self,
         observation: Array,
@@ -198,7 +203,15 @@ class FeedForwardNetwork(eqx.Module):
 
 
 # ``atoms`` is the head's fixed support: an unroll does not stack it over time.
-_UNROLL_OUT_AXES = NetworkOutput(q_values=0, logits=0, atoms=None, quantiles=0, taus=0)
+_UNROLL_OUT_AXES = NetworkOutput(
+    q_values=0,
+    logits=0,
+    atoms=None,
+    quantiles=0,
+    taus=0,
+    fractions=0,
+    fraction_quantiles=0,
+)
 
 
 @typing.final
@@ -222,6 +235,11 @@ class RecurrentNetwork(eqx.Module):
     def samples(self) -> bool:
         """Whether the head samples per example (then pass ``sample_key``)."""
         return self.head.samples
+
+    @property
+    def reads_role(self) -> bool:
+        """Whether the head's output depends on the ``role`` (then pass it)."""
+        return self.head.samples or self.head.reads_role
 
     def _output(
         self,
@@ -316,8 +334,9 @@ def apply_batch(
     al. (2018). A network whose head samples per example (``net.samples``, IQN's τ) gets its
     own ``sample_key`` for each example, split from ``key`` (:func:`example_keys`; with
     ``axis_name``, the data-parallel axis, by the example's place in the global batch), and the
-    ``role``; any other network, a user's included, is called exactly as ``net(o, key=key)``
-    (``net(o, s, key=key)``).
+    ``role``; a network whose head reads the role without sampling (``net.reads_role``, FQF)
+    gets the ``role``; any other network, a user's included, is called exactly as
+    ``net(o, key=key)`` (``net(o, s, key=key)``).
 
     Returns:
       The batched output (and, with ``state``, the new state), as ``jax.vmap`` gives them.
@@ -335,9 +354,10 @@ def apply_batch(
         return jax.vmap(lambda o, s, k: net(o, s, key=noise_key, sample_key=k, role=role))(
             observations, state, sample_keys
         )
+    given = {"role": role} if getattr(net, "reads_role", False) else {}
     if state is None:
-        return jax.vmap(lambda o: net(o, key=key))(observations)
-    return jax.vmap(lambda o, s: net(o, s, key=key))(observations, state)
+        return jax.vmap(lambda o: net(o, key=key, **given))(observations)
+    return jax.vmap(lambda o, s: net(o, s, key=key, **given))(observations, state)
 
 
 def _feature_count(fn: Any, *args: Any) -> int:

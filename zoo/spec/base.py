@@ -76,7 +76,7 @@ class Component(Model):
         if not field.description:
             doc = (cls.__doc__ or "").strip().splitlines()
             field.description = f"{field.default}: {doc[0]}" if doc else "component kind"
-            cls.model_rebuild(force=True)
+            cls.model_rebuild(force=True, raise_errors=False)  # forward refs: rebuilt later
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,14 @@ def _describe_into(model: BaseModel, lines: list[str], indent: int) -> None:
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{field}:{comment}")
             _describe_into(value, lines, indent + 1)
+        elif isinstance(value, list) and value and all(isinstance(v, BaseModel) for v in value):
+            # a list of models (optimizer.groups): one block per item, its first line "- "
+            lines.append(f"{pad}{field}:{comment}")
+            for item in value:
+                block: list[str] = []
+                _describe_into(item, block, indent + 2)
+                block[0] = f"{pad}  - {block[0].lstrip()}"
+                lines.extend(block)
         else:
             text = yaml.safe_dump(
                 value, default_flow_style=True, width=10_000, allow_unicode=True

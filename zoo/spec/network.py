@@ -236,11 +236,38 @@ class ImplicitQuantileHead(Head):
     )
 
 
+class FqfHead(Head):
+    """FQF (Yang et al. 2019): ``num_fractions`` quantile fractions proposed per state by a
+    fraction proposal layer, IQN's cosine-embedded quantile values at their midpoints, and the
+    fraction loss (the 1-Wasserstein gradient) with an optional entropy bonus; microsoft/FQF's
+    defaults. Its proposal layer is ``head.fraction`` (train it with its own optimizer through
+    ``optimizer.groups``, as the paper does)."""
+
+    output: ClassVar[str] = "quantiles"
+    td_losses: ClassVar[tuple[str, ...] | None] = QuantileHead.td_losses
+    trained_with: ClassVar[str] = QuantileHead.trained_with
+    td_fix: ClassVar[str] = QuantileHead.td_fix
+
+    kind: Literal["fqf"] = "fqf"
+    num_cosines: int = Field(64, ge=1, description="cosines cos(π·i·τ), i = 1..M, embedding τ")
+    num_fractions: int = Field(
+        32, ge=2, description="N: fractions proposed per state (quantiles at their midpoints)"
+    )
+    entropy_coef: float = Field(
+        0.0,
+        ge=0,
+        description="weight of the bonus −Σ τ_i·log τ_i over the interior fractions, subtracted "
+        "from the fraction loss (microsoft/FQF: fqf_ent × 0.001)",
+    )
+
+
 _Torso = axis(
     "torso", Union[AutoTorso, MlpTorso, NatureCnnTorso, ImpalaCnnTorso, MinatarCnnTorso], "auto"
 )
 _Core = axis("core", Union[LstmCore], None)
-_Head = axis("head", Union[QHead, CategoricalHead, QuantileHead, ImplicitQuantileHead], "q")
+_Head = axis(
+    "head", Union[QHead, CategoricalHead, QuantileHead, ImplicitQuantileHead, FqfHead], "q"
+)
 
 
 class NetworkSpec(Model):
@@ -278,7 +305,8 @@ class NetworkSpec(Model):
         default_factory=lambda: QHead(),
         description="q | {kind: categorical, num_atoms, v_min, v_max} | "
         "{kind: quantile, num_quantiles} | {kind: iqn, num_cosines, num_samples, "
-        "num_target_samples, num_policy_samples}",
+        "num_target_samples, num_policy_samples} | {kind: fqf, num_cosines, num_fractions, "
+        "entropy_coef}",
     )
 
     def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:

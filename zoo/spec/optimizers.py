@@ -7,24 +7,60 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import Field
 
-from zoo.spec.base import Component
+from zoo.spec.base import Component, Model, axis
 from zoo.spec.schedules import Schedule, learning_rate_problems
 
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.spec.algorithm import AlgorithmSpec
 
-__all__ = ["Adam", "Optimizer", "Optimizers", "RAdam", "RmsProp"]
+__all__ = ["Adam", "Optimizer", "Optimizers", "ParamGroup", "RAdam", "RmsProp"]
 
 
 class Optimizer(Component):
     """Base of the optimizers: a ``learning_rate`` field (a number or a schedule over learner
-    updates) that must be able to train. A user's optimizer that subclasses this gets the check."""
+    updates) that must be able to train, and optional parameter ``groups`` with optimizers of
+    their own. A user's optimizer that subclasses this gets the checks."""
 
-    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
-        """A learning rate that is negative anywhere or 0 throughout cannot train."""
+    groups: list[ParamGroup] = Field(
+        default_factory=list,
+        description="parts of the network trained by another optimizer: [{params: head.fraction, "
+        "optimizer: {kind: rmsprop, ...}}]; empty: one optimizer for every parameter",
+    )
+
+    def problems(self, path: str) -> Iterable[tuple[str, str]]:
+        """This optimizer's own problems, its fields dotted under ``path``: a learning rate that
+        is negative anywhere or 0 throughout cannot train."""
         lr: Any = getattr(self, "learning_rate", None)
         if lr is not None:
-            yield from learning_rate_problems("optimizer.learning_rate", lr)
+            yield from learning_rate_problems(f"{path}.learning_rate", lr)
+
+    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+        """:meth:`problems` of this optimizer and of each group's; groups do not nest or
+        overlap."""
+        yield from self.problems("optimizer")
+        seen: list[str] = []
+        for i, group in enumerate(self.groups):
+            where = f"optimizer.groups[{i}]"
+            yield from group.optimizer.problems(f"{where}.optimizer")
+            if group.optimizer.groups:
+                yield (
+                    f"{where}.optimizer.groups",
+                    "a group's optimizer cannot have groups of its own; list every group under "
+                    "`optimizer.groups`",
+                )
+            for other in seen:
+                if _nested(group.params, other) or _nested(other, group.params):
+                    yield (
+                        f"{where}.params",
+                        f"{group.params!r} overlaps the earlier group {other!r}: a parameter "
+                        "is trained by one optimizer; give each group its own part",
+                    )
+            seen.append(group.params)
+
+
+def _nested(inner: str, outer: str) -> bool:
+    """Whether the dotted path ``inner`` lies under ``outer`` (or is it)."""
+    return inner == outer or inner.startswith(outer + ".")
 
 
 class Adam(Optimizer):
@@ -77,18 +113,39 @@ class RAdam(Optimizer):
         None, gt=0, description="clip gradients to this global norm; null = no clipping"
     )
 
-    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+    def problems(self, path: str) -> Iterable[tuple[str, str]]:
         """The learning rate's checks; the rectification must be reachable."""
-        yield from super().spec_problems(spec)
+        yield from super().problems(path)
         # ρ_t rises towards ρ_∞ = 2/(1 − b2) − 1; a threshold at or above it never rectifies
         rho_inf = 2.0 / (1.0 - self.b2) - 1.0
         if self.threshold >= rho_inf:
             yield (
-                "optimizer.threshold",
+                f"{path}.threshold",
                 f"threshold={self.threshold} is not below ρ_∞ = 2/(1 − b2) − 1 = {rho_inf:.3g} "
                 f"for b2={self.b2}, so RAdam would never take an adaptive step; lower "
-                "`optimizer.threshold` or raise `optimizer.b2`",
+                f"`{path}.threshold` or raise `{path}.b2`",
             )
 
 
 Optimizers = Union[Adam, RmsProp, RAdam]
+
+#: A group's optimizer: any optimizer kind, registered ones included.
+_GroupOptimizer = axis("optimizer", Optimizers, None)
+
+
+class ParamGroup(Model):
+    """Parameters trained by an optimizer of their own (optax.multi_transform): every parameter
+    of the network under the dotted path ``params`` (``head.fraction``: FQF's fraction proposal
+    layer, as Yang et al. 2019 train it with RMSProp at its own learning rate). The other
+    parameters stay with the main optimizer; a parameter is in one group at most."""
+
+    params: str = Field(
+        min_length=1,
+        description="dotted path of a part of the network (its attribute names, list positions "
+        "as numbers): head.fraction, streams.mlp.layers.0",
+    )
+    optimizer: _GroupOptimizer = Field(description="the optimizer of these parameters")
+
+
+for _model in (Optimizer, Adam, RmsProp, RAdam):
+    _model.model_rebuild()
