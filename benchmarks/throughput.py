@@ -15,7 +15,8 @@ Workloads (the settings of the performance issue's table):
 - ``memory``: a 1M-transition Atari replay filled, resident memory read from ``/proc``.
 - ``algorithms``: cost per update (sample from a full 1M-item replay + update) of DQN, C51,
   QR-DQN, IQN, M-IQN, DrQ(ε), M-DQN and the prioritised variants on the Nature CNN, DQN, IQN
-  and M-IQN on Beyond the Rainbow's torso (:data:`BTR_TORSO`); R2D2 per learned transition.
+  and M-IQN on Beyond the Rainbow's torso (:data:`BTR_TORSO`), FQF on both; R2D2 per learned
+  transition (``--rows`` picks rows).
 - ``pqn-breakout`` / ``dqn-breakout``, ``pqn-minatar`` / ``dqn-minatar``, ``pqn-cartpole`` /
   ``dqn-cartpole`` (not in the default set; ``--only``): PQN's presets (Gallici et al. 2024:
   128 or 32 environments, no replay) beside DQN's on the same game, each as users run it, with
@@ -93,7 +94,12 @@ ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dqn, BTR torso": ("dqn", {"network.torso": BTR_TORSO}),
     "iqn, BTR torso": ("iqn", {"network.torso": BTR_TORSO}),
     "m_iqn, BTR torso": ("m_iqn", {"network.torso": BTR_TORSO}),
+    "fqf": ("fqf", {}),
+    "fqf, BTR torso": ("fqf", {"network.torso": BTR_TORSO}),
 }
+
+#: The rows of the ``algorithms`` workload to run (``--rows``; default every row).
+ROWS: list[str] | None = None
 
 #: PQN beside DQN, each preset as users run it (its own environments, network, replay or
 #: rollout; a DQN replay's warm-up lowered so that learning starts inside the run):
@@ -499,6 +505,8 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     calls, repeats = (5, 3) if quick else (10, 3)
     for name, (entry, extra) in [*ALGORITHMS.items(), ("r2d2", ("r2d2", {}))]:
+        if ROWS is not None and name not in ROWS:
+            continue
         overrides: dict[str, Any] = {"replay.capacity": 1_000_000, "replay.min_size": 50_000}
         if entry == "r2d2":
             overrides = {}
@@ -615,7 +623,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peers", action="store_true", help="skip SB3 and SBX")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--json-out", help="also write every result as JSON to this file")
+    parser.add_argument(
+        "--rows",
+        help="semicolon-separated rows of the algorithms workload (default: all), e.g. "
+        "'dqn;fqf;fqf, BTR torso'",
+    )
     args = parser.parse_args(argv)
+    if args.rows:
+        global ROWS
+        ROWS = [r.strip() for r in args.rows.split(";")]
+        unknown = [r for r in ROWS if r not in ALGORITHMS and r != "r2d2"]
+        if unknown:
+            parser.error(f"unknown rows {unknown}; choose from {', '.join(ALGORITHMS)}, r2d2")
 
     if args.worker:
         _, name = args.worker.split(":", 1)
@@ -630,6 +649,8 @@ def main(argv: list[str] | None = None) -> int:
         argv_child = [sys.executable, __file__, "--worker", f"zoo:{name}"]
         if args.quick:
             argv_child.append("--quick")
+        if args.rows:
+            argv_child += ["--rows", args.rows]
         print(f"… zoo {name}", file=sys.stderr, flush=True)
         out, peak, err = run_child(argv_child, timeout=3600)
         results[f"zoo:{name}"] = {"result": out, "peak_rss_gib": peak, "stderr": err}

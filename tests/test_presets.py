@@ -324,6 +324,7 @@ PAPER_PRESETS = [
     "dqn_reg",
     "r2d2",
     "der",
+    "fqf",
     "dqn_minatar",
     "c51_minatar",
     "qr_dqn_minatar",
