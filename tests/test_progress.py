@@ -340,12 +340,14 @@ def test_a_run_writing_to_a_file_shows_progress_and_every_evaluation(tmp_path: P
 @pytest.mark.slow  # an Atari run in a subprocess (a Nature CNN compiles in 20-60 s)
 def test_ctrl_c_during_a_long_evaluation_is_answered_at_once(tmp_path: Path) -> None:
     # Ctrl-C during an Atari evaluation (minutes of games to the step cap) seemed ignored: the
-    # run stops only once the evaluation ends
+    # run stops only once the evaluation ends. One evaluation environment keeps the evaluation
+    # long enough (1,000 agent steps in sequence) for the interrupt to land inside it.
     environ = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
     run = tmp_path / "run"
     args = [
         "train", "dqn", "--env", "Breakout-v5", "--steps", "40", "--eval-every", "40",
-        "--eval-max-steps", "1000", "--checkpoint-every", "40", "--run-dir", str(run),
+        "--eval-max-steps", "1000", "--eval-envs", "1", "--checkpoint-every", "40",
+        "--run-dir", str(run),
         "--progress", "10%", "--set", "replay.min_size=20", "--set", "replay.capacity=400",
         "--set", "schedule.eval_epsilon=0.0", "--set", "replay.batch_size=8",
     ]  # fmt: skip
