@@ -50,7 +50,7 @@ MAIN = "main"
 
 def parameter_path(path: tuple[Any, ...]) -> str:
     """A parameter's dotted path from its pytree key path (``head.fraction.weight``,
-    ``torso.layers.0.weight``)."""
+    ``streams.mlp.layers.0.weight``)."""
     parts = []
     for entry in path:
         for attribute in ("name", "key", "idx"):

@@ -169,7 +169,8 @@ def _check_memory(replay_bytes: int, network_bytes: int, spec: AlgorithmSpec) ->
 
 def _network_bytes(spec: AlgorithmSpec, observation_shape: Any, num_actions: int) -> int:
     """Bytes of the learner state's parameters (online, target, two optimizer moments),
-    counted from shapes with ``jax.eval_shape``: nothing is allocated."""
+    counted from shapes with ``jax.eval_shape``: nothing is allocated. The same shapes check
+    ``optimizer.groups`` against the network's parameters (a refusal names the group)."""
     import equinox as eqx
     import jax
     import numpy as np
@@ -252,10 +253,26 @@ MAX_NUM_ENVS = 4096
 DEFAULT_EVAL_ENVS = 16
 
 
-def default_eval_envs(episodes: int) -> int:
-    """Environments an evaluation of ``episodes`` games plays at once by default: one per game,
-    at most :data:`DEFAULT_EVAL_ENVS` (the games of one environment are played in sequence)."""
-    return max(1, min(int(episodes), DEFAULT_EVAL_ENVS))
+def eval_envs_for(
+    episodes: int,
+    num_envs: int | None,
+    flags: tuple[str, str] = ("--eval-envs", "--eval-episodes"),
+) -> int:
+    """Environments an evaluation of ``episodes`` games plays at once: ``num_envs``, or by
+    default one per game, at most :data:`DEFAULT_EVAL_ENVS` (the games of one environment are
+    played in sequence).
+
+    Raises:
+      RunRefusedError: more environments than games (``flags`` name the two in the message).
+    """
+    if num_envs is None:
+        return max(1, min(int(episodes), DEFAULT_EVAL_ENVS))
+    if num_envs > episodes:
+        raise RunRefusedError(
+            f"{flags[0]} {num_envs} is more than {flags[1]} {episodes}: the environments past "
+            f"the games' count would play games that never count; ask for at most {episodes}"
+        )
+    return num_envs
 
 
 #: ``train`` argument -> (the ``zoo train`` flag that sets it, smallest value, largest value).
@@ -663,7 +680,7 @@ def _new_settings(
         "eval_every": pick("eval_every", max(steps // 10, 1)),
         "eval_episodes": pick("eval_episodes", 10),
         "eval_max_steps": given["eval_max_steps"],
-        "eval_envs": pick("eval_envs", default_eval_envs(pick("eval_episodes", 10))),
+        "eval_envs": eval_envs_for(pick("eval_episodes", 10), given["eval_envs"]),
         "checkpoint_every": pick("checkpoint_every", max(steps // 5, 1)),
         "log_every": pick("log_every", max(min(steps // 100, 10_000), 1)),
         "save_replay": pick("save_replay", True),
@@ -676,12 +693,6 @@ def _new_settings(
         first = e.errors(include_url=False)[0]
         where = ".".join(map(str, first["loc"]))
         raise RunRefusedError(f"{where}: {first['msg']} (got {first.get('input')!r})") from None
-    if settings.eval_envs > settings.eval_episodes:
-        raise RunRefusedError(
-            f"--eval-envs {settings.eval_envs} is more than --eval-episodes "
-            f"{settings.eval_episodes}: the environments past the games' count would play games "
-            f"that never count; ask for at most {settings.eval_episodes} evaluation environments"
-        )
     _check_budget(spec, settings)
     return spec, settings
 
@@ -1686,13 +1697,7 @@ def evaluate_run(
     check_count("eval_max_steps", max_steps)
     check_count("seed", seed)
     check_count("eval_envs", num_envs)
-    if num_envs is None:
-        num_envs = default_eval_envs(episodes)
-    elif num_envs > episodes:
-        raise RunRefusedError(
-            f"--envs {num_envs} is more than --episodes {episodes}: the environments past the "
-            f"games' count would play games that never count; ask for at most {episodes}"
-        )
+    num_envs = eval_envs_for(episodes, num_envs, ("--envs", "--episodes"))
     run_path = Path(run_dir)
     policy = load_policy(run_path, step=step)
     settings = _read_settings(run_path)
