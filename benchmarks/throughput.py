@@ -70,6 +70,10 @@ LOOPS: dict[str, tuple[str, int, dict[str, Any], int, int, int]] = {
     "cartpole-8": ("CartPole-v1", 8, CARTPOLE, 40_000, 400_000, 200_000),
 }
 
+#: The same workloads with the asynchronous driver (``--loop async``: an actor thread on its
+#: own virtual CPU device beside the learner): name -> the synchronous workload it mirrors.
+ASYNC_LOOPS: dict[str, str] = {"breakout-async": "breakout", "cartpole-8-async": "cartpole-8"}
+
 #: Beyond the Rainbow's torso (Clark et al. 2024): IMPALA ×2, adaptive max-pool 6×6, spectral
 #: normalisation on the residual convolutions.
 BTR_TORSO = {"kind": "impala_cnn", "width": 2, "pool": [6, 6], "spectral_norm": True}
@@ -170,6 +174,7 @@ def _train_window(
     window: int,
     lifecycle: bool = False,
     algorithm: str = "dqn",
+    loop: str | None = None,
 ) -> dict[str, Any]:
     """Run the real trainer and measure env steps/s over ``window`` transitions.
 
@@ -197,11 +202,14 @@ def _train_window(
             checkpoint_every=warmup if lifecycle else total,
             log_every=log_every,
             save_replay=lifecycle,
+            loop=loop,
             progress=False,
         )
         records = read_jsonl(result.run_dir / "metrics.jsonl")
         loop = records[-1].get("loop")
         out: dict[str, Any] = {"loop": loop}
+        last = records[-1]
+        out.update({k: last[k] for k in last if k.startswith("async_")})
         if lifecycle:
             resumed = zoo.train(
                 resume=result.run_dir, total_env_steps=total + log_every, progress=False
@@ -385,6 +393,13 @@ def isolated_update(quick: bool) -> float:
 
 
 def work_loop(name: str, quick: bool) -> dict[str, Any]:
+    if name in ASYNC_LOOPS:
+        env_id, num_envs, overrides, warmup, window, quick_window = LOOPS[ASYNC_LOOPS[name]]
+        window = quick_window if quick else window
+        lifecycle = ASYNC_LOOPS[name] == "breakout"
+        return _train_window(
+            env_id, num_envs, overrides, warmup, window, lifecycle=lifecycle, loop="async"
+        )
     env_id, num_envs, overrides, warmup, window, quick_window = LOOPS[name]
     out = _train_window(
         env_id,
@@ -569,7 +584,7 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
 
 
 WORKERS: dict[str, Callable[[bool], dict[str, Any]]] = {
-    **{name: (lambda quick, name=name: work_loop(name, quick)) for name in LOOPS},
+    **{name: (lambda quick, name=name: work_loop(name, quick)) for name in [*LOOPS, *ASYNC_LOOPS]},
     **{name: (lambda quick, name=name: work_preset(name, quick)) for name in PRESETS},
     "update": work_update,
     "seeds-8": work_seeds,
@@ -688,11 +703,12 @@ def report(results: dict[str, Any]) -> None:
 
     lines = ["| workload | library | env steps/s | updates/s | peak RSS | ours ÷ best peer |"]
     lines.append("| --- | --- | ---: | ---: | ---: | ---: |")
-    for name in LOOPS:
+    for name in [*LOOPS, *ASYNC_LOOPS]:
         ours = get(f"zoo:{name}")
         if ours is None:
             continue
-        peers = {lib: get(f"{lib}:{name}") for lib in ("sb3", "sbx")}
+        mirrored = ASYNC_LOOPS.get(name, name)
+        peers = {lib: get(f"{lib}:{mirrored}") for lib in ("sb3", "sbx")}
         best = max((p["env_steps_per_s"] for p in peers.values() if p), default=None)
         ratio = f"{ours['env_steps_per_s'] / best:.2f}×" if best else "–"
         peak = results[f"zoo:{name}"]["peak_rss_gib"]
@@ -701,7 +717,7 @@ def report(results: dict[str, Any]) -> None:
             f"{_fmt(ours['updates_per_s'], ',.1f')} | {peak:.2f} GiB | {ratio} |"
         )
         for lib, p in peers.items():
-            if p:
+            if p and name == mirrored:
                 peak = results[f"{lib}:{name}"]["peak_rss_gib"]
                 lines.append(
                     f"| {name} | {lib} | {_fmt(p['env_steps_per_s'])} | "
@@ -728,6 +744,16 @@ def report(results: dict[str, Any]) -> None:
             f"{ceiling:.0f} env steps/s; the trainer reached {b['env_steps_per_s']:.0f} "
             f"({b['env_steps_per_s'] / ceiling:.0%} of it)"
         )
+        a, sb3 = get("zoo:breakout-async"), get("sb3:breakout")
+        if a:
+            vs_sb3 = f", {a['env_steps_per_s'] / sb3['env_steps_per_s']:.2f}× SB3's" if sb3 else ""
+            print(
+                f"  the asynchronous driver reached {a['env_steps_per_s']:.0f} "
+                f"({a['env_steps_per_s'] / ceiling:.0%} of the ceiling, "
+                f"{a['env_steps_per_s'] / b['env_steps_per_s']:.2f}× the synchronous{vs_sb3}); "
+                f"largest lag {a.get('async_max_lag')}, ratio gap {a.get('async_ratio_gap')} "
+                f"(tolerance {a.get('async_ratio_tolerance')})"
+            )
         for lib in ("sb3", "sbx"):
             peer = get(f"{lib}:breakout")
             if peer and peer.get("isolated_updates_per_s"):
@@ -763,6 +789,12 @@ def report(results: dict[str, Any]) -> None:
                 f"  cartpole-8 reached {r['env_steps_per_s'] / cap:.0%} of its update-only cap "
                 f"({cap:,.0f} env steps/s)"
             )
+            a = get("zoo:cartpole-8-async")
+            if a:
+                print(
+                    f"  cartpole-8 with the asynchronous driver: {a['env_steps_per_s']:,.0f} "
+                    f"env steps/s, {a['env_steps_per_s'] / cap:.0%} of that cap"
+                )
     pairs = [n[4:] for n in PRESETS if n.startswith("pqn-") and get(f"zoo:{n}")]
     if pairs:
         print(

@@ -199,6 +199,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             save_replay=False if args.no_replay_checkpoint else None,
             stop_at_return=args.stop_at_return,
             loop=args.loop,
+            actor_devices=args.actor_devices,
+            learner_devices=args.learner_devices,
+            max_lag=args.max_lag,
             on_start=lambda path: print(f"run directory: {path}", file=sys.stderr),
         )
     except RunRefusedError as e:
@@ -650,10 +653,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-at-return", type=_finite, help="stop once an evaluation reaches this")
     p.add_argument(
         "--loop",
-        choices=["auto", "host", "compiled"],
-        help="host: envpool's Python API between jitted steps; compiled: lax.scan chunks with "
-        "envpool's XLA step (same semantics); auto (default): compiled for vector observations, "
-        "host for images (XLA:CPU's convolutions are slow inside loops)",
+        "--driver",
+        dest="loop",
+        choices=["auto", "host", "compiled", "async"],
+        help="the driver. host: envpool's Python API between jitted steps; compiled: lax.scan "
+        "chunks with envpool's XLA step (same semantics); auto (default): compiled for vector "
+        "observations, host for images (XLA:CPU's convolutions are slow inside loops); async: "
+        "an actor thread on its own device beside the learner (not deterministic; on a CPU "
+        "host it asks JAX for one virtual device each)",
+    )
+    p.add_argument(
+        "--actor-devices",
+        help="--loop async: the actor's device, an index of jax.local_devices() or 'cpu' "
+        "(default: device 0, or the CPU beside a single accelerator)",
+    )
+    p.add_argument(
+        "--learner-devices",
+        help="--loop async: the learner's devices, e.g. 1,2 (default: the devices the actor "
+        "does not use; the update is data-parallel over several)",
+    )
+    p.add_argument(
+        "--max-lag",
+        type=_COUNT,
+        help="--loop async: the most updates the actor's parameters may trail the learner's "
+        "(default 1, as the synchronous drivers)",
     )
     _progress_option(p)
     p.set_defaults(func=_cmd_train)

@@ -52,7 +52,7 @@ import numpy as np
 
 from zoo.actor import Actor, Pending, make_act, starts_transition
 from zoo.checkpoint import Checkpointer
-from zoo.drivers import DRIVERS, Driver, HostDriver
+from zoo.drivers import DRIVERS, Driver, HostDriver, Placement
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
 from zoo.learn import LearnCarry, LearnStep
 from zoo.learner import DataParallelLearner, Learner, LearnerState
@@ -178,6 +178,11 @@ class Loop:
         :class:`~zoo.learner.DataParallelLearner` for an update over several devices).
       replay: the replay (built for ``env.num_envs`` environments).
       initial_core_state: one env's initial recurrent state (recurrent specs).
+      placement: where the asynchronous driver acts and learns (:class:`zoo.drivers.Placement`;
+        ``None``: its defaults). The synchronous drivers run on the default device.
+      max_lag: the asynchronous driver's bound on the actor's parameter lag, in updates.
+      queue_steps: vector steps the asynchronous driver's actor may run ahead (``None``: its
+        default).
 
     Attributes:
       actor: the :class:`~zoo.actor.Actor`.
@@ -195,8 +200,15 @@ class Loop:
         learner: Learner | DataParallelLearner,
         replay: Any,
         initial_core_state: Any = None,
+        *,
+        placement: Placement | None = None,
+        max_lag: int = 1,
+        queue_steps: int | None = None,
     ):
         self.spec = spec
+        self.placement = placement
+        self.max_lag = max_lag
+        self.queue_steps = queue_steps
         self.env = env
         self.learner = learner
         self.replay = replay
@@ -241,7 +253,19 @@ class Loop:
     # -------------------------------------------------------------------------- the state
 
     def init(self, learner_state: LearnerState, key: jax.Array) -> LoopCarry:
-        """The carry at step 0 (nothing pending yet: call :meth:`first_act` after a reset)."""
+        """The carry at step 0 (nothing pending yet: call :meth:`first_act` after a reset).
+
+        With a :attr:`placement`, the carry (the replay above all) is allocated on the learner's
+        first device, where the asynchronous driver keeps it: a replay allocated elsewhere and
+        moved there would be held twice at once (measured: 14.1 GiB against 7.6 GiB for a 1M
+        Atari replay).
+        """
+        if self.placement is not None:
+            with jax.default_device(self.placement.learner[0]):
+                return self._init(learner_state, key)
+        return self._init(learner_state, key)
+
+    def _init(self, learner_state: LearnerState, key: jax.Array) -> LoopCarry:
         learning = self.learn_step.init(learner_state, key)
         pending = self.actor.nothing_pending(self.env.observation_shape, self.env.observation_dtype)
         return LoopCarry(
@@ -392,6 +416,7 @@ class Trainer:
     _next: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _window: dict[str, list[float]] = field(default_factory=dict, init=False, repr=False)
     _start: tuple[float, int, int] = field(default=(0.0, 0, 0), init=False, repr=False)
+    _driver: Any = field(default=None, init=False, repr=False)
 
     def state_of(self, carry: LoopCarry, games: int) -> dict[str, Any]:
         """The checkpointable run state (see :meth:`Loop.checkpoint_state`)."""
@@ -419,6 +444,7 @@ class Trainer:
         """Train until ``total_env_steps`` (or a signal, or ``stop_at_return``)."""
         cfg, loop, env = self.settings, self.loop, self.loop.env
         driver = loop.driver(self.loop_path)
+        self._driver = driver
         self.env_steps = int(carry.env_steps)
         self.updates = int(carry.learner.updates)
         self._tracker = EpisodeTracker(env.num_envs)
@@ -495,6 +521,9 @@ class Trainer:
             }
             record.update({k: float(np.mean(v)) for k, v in self._window.items() if v})
             record.update(carry.metric_means())
+            driver_stats = getattr(self._driver, "stats", None)
+            if driver_stats is not None:
+                record.update(driver_stats())
             self._window.clear()
             carry = carry.reset_metrics()
             self.logger.log(record)

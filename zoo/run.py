@@ -286,6 +286,7 @@ _COUNTS: dict[str, tuple[str, int, int | None]] = {
     "checkpoint_every": ("--checkpoint-every", 1, None),
     "log_every": ("log_every", 1, None),
     "seed": ("--seed", 0, MAX_SEED),
+    "max_lag": ("--max-lag", 1, 1000),
 }
 
 #: Settings a resumed run keeps, with the flag that would change them.
@@ -303,6 +304,9 @@ _FLAGS = {
     "save_replay": "--no-replay-checkpoint",
     "stop_at_return": "--stop-at-return",
     "loop": "--loop",
+    "actor_devices": "--actor-devices",
+    "learner_devices": "--learner-devices",
+    "max_lag": "--max-lag",
 }
 
 
@@ -347,6 +351,9 @@ class TrainRequest:
     save_replay: bool | None = None
     stop_at_return: float | None = None
     loop: str | None = None
+    actor_devices: str | None = None
+    learner_devices: str | None = None
+    max_lag: int | None = None
     progress: bool = True
     on_start: Callable[[Path], None] | None = None
 
@@ -365,6 +372,9 @@ class TrainRequest:
         "save_replay",
         "stop_at_return",
         "loop",
+        "actor_devices",
+        "learner_devices",
+        "max_lag",
     )
 
     def given(self) -> dict[str, Any]:
@@ -386,8 +396,16 @@ class TrainRequest:
             or not math.isfinite(float(target))
         ):
             raise RunRefusedError(f"--stop-at-return must be a finite number, got {target!r}")
-        if self.loop not in (None, "auto", "host", "compiled"):
-            raise RunRefusedError(f"--loop must be auto, host or compiled, got {self.loop!r}")
+        if self.loop not in (None, "auto", "host", "compiled", "async"):
+            raise RunRefusedError(
+                f"--loop must be auto, host, compiled or async, got {self.loop!r}"
+            )
+        placed = (self.actor_devices, self.learner_devices, self.max_lag)
+        if self.loop not in (None, "async") and any(v is not None for v in placed):
+            raise RunRefusedError(
+                "--actor-devices, --learner-devices and --max-lag place the asynchronous "
+                "driver: use them with --loop async"
+            )
         if self.restart and self.resume is None:
             raise RunRefusedError(
                 "--restart starts a run over in its own directory: use it with --resume RUN_DIR"
@@ -424,6 +442,9 @@ def train(
     save_replay: bool | None = None,
     stop_at_return: float | None = None,
     loop: str | None = None,
+    actor_devices: str | None = None,
+    learner_devices: str | None = None,
+    max_lag: int | None = None,
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
 ) -> RunResult:
@@ -457,8 +478,13 @@ def train(
       checkpoint_every, log_every: in transitions.
       save_replay: include the replay in checkpoints (default true).
       stop_at_return: stop once an evaluation's mean return reaches this.
-      loop: ``"auto"`` (default: compiled where envpool's XLA interface exists), ``"host"`` or
-        ``"compiled"`` (see :mod:`zoo.loop`).
+      loop: ``"auto"`` (default: compiled where envpool's XLA interface exists), ``"host"``,
+        ``"compiled"`` or ``"async"`` (see :mod:`zoo.drivers`).
+      actor_devices, learner_devices: with ``loop="async"``: where the actor acts (one index of
+        ``jax.local_devices()``, or ``"cpu"``) and the learner learns (``"1,2"``); defaults:
+        :meth:`zoo.drivers.Placement.choose`.
+      max_lag: with ``loop="async"``: the most updates the actor's parameters may trail the
+        learner's (default 1).
       progress: show the progress line on a terminal.
       on_start: called with the run directory once it exists (tests use it).
 
@@ -492,6 +518,9 @@ def train(
         save_replay=save_replay,
         stop_at_return=stop_at_return,
         loop=loop,
+        actor_devices=actor_devices,
+        learner_devices=learner_devices,
+        max_lag=max_lag,
         progress=progress,
         on_start=on_start,
     )
@@ -538,6 +567,7 @@ def _train(request: TrainRequest) -> RunResult:
             spec, settings, previous_total = _resumable(
                 run_path, algorithm, overrides, total_env_steps, given
             )
+            _request_devices(settings.loop)
             mode = "resume"
             if request.restart:
                 _restart(run_path, settings)
@@ -563,6 +593,7 @@ def _train(request: TrainRequest) -> RunResult:
             raise RunRefusedError(
                 "name an algorithm or preset to train, or a run directory to resume"
             )
+        _request_devices(request.loop)
         spec, settings = _new_settings(algorithm, overrides, total_env_steps, given)
         _preflight(spec, settings)
         run_path, lock = _create_run_dir(request.run_dir, spec, settings)
@@ -686,6 +717,9 @@ def _new_settings(
         "save_replay": pick("save_replay", True),
         "stop_at_return": given["stop_at_return"],
         "loop": pick("loop", "auto"),
+        "actor_devices": given["actor_devices"],
+        "learner_devices": given["learner_devices"],
+        "max_lag": pick("max_lag", 1),
     }
     try:
         settings = RunSettings(**values)
@@ -1192,7 +1226,7 @@ def plan_memory(
 def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
     import jax
 
-    from zoo.learner import DataParallelLearner, learner_for_devices
+    from zoo.learner import DataParallelLearner, Learner, learner_for_devices
     from zoo.networks import build_network
 
     # counted from shapes before anything is allocated: a network or replay that cannot fit is
@@ -1214,8 +1248,19 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
     except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
         raise RunRefusedError(str(e)) from None
     _check_memory(replay.nbytes(), network_bytes, spec)
-    learner = learner_for_devices(spec)
-    if isinstance(learner, DataParallelLearner):
+    if settings.loop == "async":
+        placement = _placement(settings)
+        learner = (
+            DataParallelLearner(spec, devices=list(placement.learner))
+            if len(placement.learner) > 1
+            else Learner(spec)
+        )
+    else:
+        learner = learner_for_devices(spec)
+    if settings.loop == "async":
+        shared = " (one device: acting and learning share it and do not overlap)"
+        _say(f"asynchronous driver: {placement.describe()}" + (shared if placement.shared else ""))
+    elif isinstance(learner, DataParallelLearner):
         _say(
             f"the update runs data-parallel over {learner.num_devices} local devices "
             "(zoo.learner.DataParallelLearner); the environments step on the host"
@@ -1348,7 +1393,8 @@ def _start(
     from zoo.loop import Loop
 
     _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj)
-    loop = Loop(spec, env_obj, learner, replay, core)
+    placement = _placement(settings) if settings.loop == "async" else None
+    loop = Loop(spec, env_obj, learner, replay, core, placement=placement, max_lag=settings.max_lag)
     carry = loop.init(learner_state, run_key)
     if mode != "resume":
         return loop, carry, 0, None
@@ -1551,6 +1597,30 @@ def _finished(
     return out
 
 
+#: Virtual CPU devices an asynchronous run asks for on a CPU host: one to act, one to learn.
+ASYNC_CPU_DEVICES = 2
+
+
+def _request_devices(loop: str | None) -> None:
+    """An asynchronous run on a CPU host gets an actor device and a learner device (before
+    JAX starts; see :func:`zoo.drivers.asynchronous.request_cpu_devices`)."""
+    if loop == "async":
+        from zoo.drivers.asynchronous import request_cpu_devices
+
+        request_cpu_devices(ASYNC_CPU_DEVICES)
+
+
+def _placement(settings: RunSettings) -> Any:
+    """The asynchronous driver's placement from the run's settings (refused when invalid)."""
+    from zoo.drivers import Placement
+
+    try:
+        placement = Placement.choose(settings.actor_devices, settings.learner_devices)
+    except ValueError as e:
+        raise RunRefusedError(str(e)) from None
+    return placement
+
+
 def _loop_path(requested: str, env_obj: Any) -> str:
     """The loop path to run: ``auto`` picks the compiled path where the env supports it."""
     import jax
@@ -1558,6 +1628,8 @@ def _loop_path(requested: str, env_obj: Any) -> str:
     # envpool's XLA step is a side-effecting custom call that XLA's SPMD partitioner cannot
     # place: with several devices (a data-parallel update) the environments run on the host.
     several = len(jax.local_devices()) > 1
+    if requested == "async":
+        return requested
     if requested == "auto":
         # Measured on this CPU: compiled is ~10x the host path's rate for MLP networks
         # (CartPole), but XLA:CPU runs convolutions inside scan/cond an order of magnitude

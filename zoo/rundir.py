@@ -354,11 +354,21 @@ class RunSettings(BaseModel):
         allow_inf_nan=False,
         description="stop early once an evaluation's mean return reaches this",
     )
-    loop: Literal["auto", "host", "compiled"] = Field(
+    loop: Literal["auto", "host", "compiled", "async"] = Field(
         "auto",
         description="host: envpool's Python API between jitted steps; compiled: lax.scan chunks "
         "with envpool's XLA step (same semantics; ~3x faster on CartPole); auto: compiled "
-        "where the environment has envpool's XLA interface",
+        "where the environment has envpool's XLA interface; async: an actor thread on its own "
+        "device beside the learner (zoo.drivers.asynchronous; not deterministic)",
+    )
+    actor_devices: str | None = Field(
+        None, description="async: the actor's device, an index of jax.local_devices() or cpu"
+    )
+    learner_devices: str | None = Field(
+        None, description="async: the learner's devices, indices of jax.local_devices()"
+    )
+    max_lag: int = Field(
+        1, ge=1, le=1000, description="async: the most updates the actor's parameters trail"
     )
 
 

@@ -1,8 +1,8 @@
 """Drivers: what runs the loop body (:class:`zoo.loop.Loop`) and how the host follows it.
 
 A driver composes the loop's parts (actor, replay, learn step, update-credit rule) into a
-schedule of work and runs it for a :class:`zoo.loop.Trainer`. Two ship, both synchronous and
-both producing the same transitions and parameters from the same seed:
+schedule of work and runs it for a :class:`zoo.loop.Trainer`. Three ship. Two are synchronous
+and produce the same transitions and parameters from the same seed:
 
 - ``host`` (:class:`HostDriver`, :mod:`zoo.drivers.host`): one vector step at a time, as
   separate asynchronously dispatched jitted calls (insert; a sample and an update per due
@@ -11,6 +11,10 @@ both producing the same transitions and parameters from the same seed:
 - ``compiled`` (:class:`CompiledDriver`, :mod:`zoo.drivers.compiled`): ``T`` vector steps of
   the body in one ``lax.scan`` with envpool's XLA step. envpool only; about 10× the host
   driver's rate for MLP networks on CPU.
+
+The third, ``async`` (:class:`AsyncDriver`, :mod:`zoo.drivers.asynchronous`), runs an actor
+thread on its own device beside the learner (Sebulba), with a bounded parameter lag and a rate
+limiter on the replay ratio; it is not deterministic.
 
 Writing a driver (an asynchronous actor–learner split, a replay-free learner): a class with
 
@@ -23,6 +27,7 @@ Writing a driver (an asynchronous actor–learner split, a replay-free learner):
   vector steps and ``carry, stop = trainer.events(carry, interrupted)`` where
   ``trainer.next_event`` is reached (stopping when ``stop``);
 
+and optionally ``stats(self) -> dict[str, float]``, figures the run's log records at each log;
 in a module of its own, added to :data:`DRIVERS`. No other driver changes; the run's
 ``--loop`` choice (``zoo.run.RunSettings.loop``) names it.
 """
@@ -31,13 +36,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from zoo.drivers.asynchronous import AsyncDriver, Placement
 from zoo.drivers.compiled import CompiledDriver, chunk_length
 from zoo.drivers.host import HostDriver
 
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.loop import Loop, LoopCarry, Trainer
 
-__all__ = ["DRIVERS", "CompiledDriver", "Driver", "HostDriver", "chunk_length"]
+__all__ = [
+    "DRIVERS",
+    "AsyncDriver",
+    "CompiledDriver",
+    "Driver",
+    "HostDriver",
+    "Placement",
+    "chunk_length",
+]
 
 
 class Driver(Protocol):
@@ -56,4 +70,5 @@ class Driver(Protocol):
 DRIVERS: dict[str, type[Driver]] = {
     HostDriver.name: HostDriver,
     CompiledDriver.name: CompiledDriver,
+    AsyncDriver.name: AsyncDriver,
 }

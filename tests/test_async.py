@@ -1,0 +1,159 @@
+"""The asynchronous driver (``--loop async``): placement, the lag bound, the rate limiter.
+
+In this process JAX has one CPU device, so acting and learning share it (the driver still runs
+its actor thread, queue and lag bound). Runs on forced host devices (one actor, two learner
+devices) need ``XLA_FLAGS`` before JAX starts, so they run as ``zoo train`` subprocesses.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+import zoo
+from zoo.drivers import Placement
+from zoo.metrics import read_jsonl
+from zoo.run import RunRefusedError
+from zoo.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: A small CartPole DQN whose learner is slow beside its actor (a wide network, a large batch,
+#: an update per transition over 4 environments: 4 updates per vector step), so that the rate
+#: limiter has to hold the actor back.
+HEAVY_LEARNER = {
+    "network.torso": {"kind": "mlp", "sizes": []},
+    "network.hidden": [256, 256],
+    "replay.capacity": 1_200,
+    "replay.min_size": 400,
+    "replay.batch_size": 256,
+    "schedule.update_period": 1,
+    "schedule.epsilon": 0.1,
+}
+
+
+def _train(tmp_path: Path, name: str, **kw):
+    settings = {
+        "env": "CartPole-v1",
+        "total_env_steps": 1_200,
+        "num_envs": 4,
+        "overrides": HEAVY_LEARNER,
+        "eval_every": 1_200,
+        "eval_episodes": 1,
+        "eval_max_steps": 50,
+        "checkpoint_every": 600,
+        "progress": False,
+    }
+    settings.update(kw)
+    return zoo.train("dqn", run_dir=tmp_path / name, **settings)
+
+
+def test_async_run_holds_its_lag_and_replay_ratio_and_does_the_host_drivers_updates(tmp_path):
+    sync = _train(tmp_path, "host", loop="host")
+    run = _train(tmp_path, "async", loop="async")
+    records = read_jsonl(run.run_dir / "metrics.jsonl")
+    last = records[-1]
+    assert last["loop"] == "async"
+    # the update-credit rule applied to the consumed steps, exactly as the host driver
+    assert run.env_steps == sync.env_steps == 1_200
+    # credited from the vector step that brings the inserts to min_size: 201 steps of 4
+    assert run.updates == sync.updates == ((1_200 - 400) // 4 + 1) * 4
+    # the bounds held at every act and every step (the driver measures on both sides)
+    for record in records:
+        assert record["async_max_lag"] <= record["async_max_lag_bound"] == 1
+        assert record["async_ratio_gap"] <= record["async_ratio_tolerance"]
+    # 4 transitions per vector step, 1 per update, a queue of 2 steps: (2 + 2) * 4 + 1
+    assert last["async_ratio_tolerance"] == 17
+    # the learner is the slow side here: the actor ran ahead of it and was held back
+    assert last["async_ratio_gap"] > 4
+
+
+def test_async_lag_bound_is_the_setting(tmp_path):
+    run = _train(tmp_path, "lag3", loop="async", max_lag=3)
+    last = read_jsonl(run.run_dir / "metrics.jsonl")[-1]
+    assert last["async_max_lag_bound"] == 3
+    assert 1 <= last["async_max_lag"] <= 3
+    assert RunDir(run.run_dir).settings().max_lag == 3  # recorded: a resume keeps it
+
+
+def test_async_run_resumes_from_its_checkpoint(tmp_path):
+    first = _train(tmp_path, "resume", loop="async", total_env_steps=600)
+    assert first.env_steps == 600
+    resumed = zoo.train(resume=first.run_dir, total_env_steps=1_200, progress=False)
+    assert resumed.env_steps == 1_200
+    records = read_jsonl(first.run_dir / "metrics.jsonl")
+    assert records[-1]["env_steps"] == 1_200 and records[-1]["loop"] == "async"
+    # updates continue from the checkpoint's count: the credit rule over the whole run
+    assert resumed.updates == ((1_200 - 400) // 4 + 1) * 4
+
+
+def test_placement_defaults_and_refusals():
+    only = jax.local_devices()[0]
+    placement = Placement.choose()
+    assert placement.actor == only and placement.learner == (only,) and placement.shared
+    assert Placement.choose("0", "0").shared
+    with pytest.raises(ValueError, match="'1' is not a local device; this host has 0"):
+        Placement.choose("1")
+    with pytest.raises(ValueError, match="names a device twice"):
+        Placement.choose(None, "0,0")
+    with pytest.raises(ValueError, match="is not a local device"):
+        Placement.choose("gpu0")
+
+
+def test_async_settings_are_refused_without_the_async_driver(tmp_path):
+    with pytest.raises(RunRefusedError, match="use them with --loop async"):
+        zoo.train("dqn_cartpole", run_dir=tmp_path / "r", loop="host", max_lag=2)
+    with pytest.raises(RunRefusedError, match=r"--max-lag \(max_lag\) must be from 1"):
+        zoo.train("dqn_cartpole", run_dir=tmp_path / "r", loop="async", max_lag=0)
+    with pytest.raises(RunRefusedError, match="is not a local device"):
+        zoo.train(
+            "dqn_cartpole",
+            run_dir=tmp_path / "r2",
+            total_env_steps=2_000,
+            loop="async",
+            actor_devices="7",
+            progress=False,
+        )
+
+
+def _forced_devices_cli(tmp_path: Path, *args: str, timeout: int = 900):
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=3",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "zoo.cli", "train", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_async_on_forced_devices_places_the_actor_and_a_data_parallel_learner(tmp_path):
+    run = tmp_path / "run"
+    out = _forced_devices_cli(
+        tmp_path,
+        "dqn",
+        "--env", "CartPole-v1", "--steps", "1200", "--num-envs", "4", "--run-dir", str(run),
+        "--eval-every", "1200", "--eval-episodes", "1", "--eval-max-steps", "50",
+        "--set", "network.torso={kind: mlp, sizes: []}", "--set", "network.hidden=[64]",
+        "--set", "replay.capacity=2000", "--set", "replay.min_size=400",
+        "--set", "schedule.update_period=2", "--set", "schedule.epsilon=0.1",
+        "--driver", "async", "--progress", "off",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "asynchronous driver: actor on cpu:0, learner on cpu:1, cpu:2" in out.stderr
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert last["updates"] == ((1200 - 400) // 4 + 1) * 4 // 2
+    assert last["async_max_lag"] <= 1
+    assert last["async_ratio_gap"] <= last["async_ratio_tolerance"]
+    assert math.isfinite(last["loss"])

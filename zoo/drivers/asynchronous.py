@@ -1,0 +1,416 @@
+"""The asynchronous driver: an actor thread on its own device feeding a learner on others.
+
+Sebulba's split (Hessel et al. 2021, "Podracer architectures for scalable reinforcement
+learning", https://arxiv.org/abs/2104.06272; as cleanba and Acme's distributed agents): the
+**actor thread** steps its envpool batch and acts on the *actor device* with the newest
+parameters the learner has published; the **learner** (the thread that runs the driver) inserts
+the actor's steps into the replay on the *learner device(s)*, runs every due update there
+(data-parallel over several learner devices, :class:`zoo.learner.DataParallelLearner`) and
+publishes the parameters each finished update produced. Neither waits for the other's
+computations: the actor's forward pass and the environments run while an update runs.
+
+Guarantees (what the synchronous drivers give, kept within stated bounds):
+
+- **Replay ratio.** The learner consumes the actor's vector steps in order and applies the
+  update-credit rule to them exactly as the synchronous drivers do
+  (:class:`zoo.learn.UpdateCredit`), so updates per *consumed* transition are exact. Between
+  the two sides sits a bounded queue of ``queue_steps`` vector steps, which is the rate
+  limiter (Reverb's ``SampleToInsertRatio`` with an error buffer): a faster actor blocks when
+  the queue is full, a faster learner blocks when it is empty. Updates done therefore trail
+  ``(transitions produced − min_size) / update_period`` by at most :attr:`AsyncDriver.tolerance`
+  updates at every moment (the queue, the step in the actor's hands, the step being consumed,
+  and the updates in flight); the run's log records the largest gap measured
+  (``async_ratio_gap``).
+- **Parameter lag.** The learner dispatches update ``u + 1`` only once update ``u + 1 − k`` has
+  finished and its parameters are published, and the actor takes the newest published
+  parameters before every act, so the actor acts with parameters at most ``k = max_lag``
+  updates behind the learner's count (default 1, as the synchronous drivers: the actors act
+  with the network as it was before the update in flight). The log records the largest lag
+  seen at an act (``async_max_lag``).
+- **Replay semantics.** Only the learner touches the replay (insert, sample, priority
+  write-back, sealing), in the order of the steps, so prioritised and sequence replay keep
+  their semantics; the actor's pending step carries its recurrent state as on the host driver.
+- **Failure.** An exception in the actor thread stops the run with that exception, in the
+  learner; a stop (budget, signal, ``stop_at_return``) stops the actor before the driver
+  returns, so events (evaluation, checkpoints) always see one consistent learner and replay.
+
+**Not deterministic**: which parameters an act uses depends on timing, so two runs from one
+seed differ (the synchronous drivers are bit-for-bit reproducible and stay the default). The
+transitions' order, the credit rule, ε (a function of transitions produced) and the learner's
+sampling keys are the same as the host driver's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import queue
+import threading
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from zoo.jit import async_jit
+from zoo.learn import learner_report
+from zoo.learner import DataParallelLearner
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zoo.loop import Loop, LoopCarry, Trainer
+
+__all__ = ["AsyncDriver", "Placement", "request_cpu_devices"]
+
+_jit_report = jax.jit(learner_report)
+#: seconds a blocked side waits before looking whether the run stopped
+_POLL = 0.05
+
+
+def request_cpu_devices(count: int) -> bool:
+    """Ask JAX for ``count`` virtual CPU devices, so that acting and learning each get one
+    on a CPU host (XLA:CPU runs one device's computations one at a time).
+
+    Possible only before JAX has initialised its backends (a process that has already run a
+    JAX operation keeps its devices), and left alone when ``XLA_FLAGS`` already sets
+    ``--xla_force_host_platform_device_count``. Harmless on an accelerator host (only the CPU
+    backend is affected). Returns whether the request took effect.
+    """
+    import os
+
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return False
+    if int(jax.config.jax_num_cpu_devices) >= count:
+        return False
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # backends already initialised
+        return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where the asynchronous driver acts and learns.
+
+    Attributes:
+      actor: the device the actor's forward pass runs on.
+      learner: the devices the update runs on (data-parallel over several); the replay lives
+        on the first.
+    """
+
+    actor: Any
+    learner: tuple[Any, ...]
+
+    @classmethod
+    def choose(cls, actor: str | None = None, learner: str | None = None) -> Placement:
+        """The placement of ``--actor-devices`` / ``--learner-devices`` (``None``: defaults).
+
+        Devices are named by their index in ``jax.local_devices()`` (``"1,2"``), or ``cpu``
+        for the host's CPU on an accelerator machine. Defaults: on an accelerator host with one
+        device, the actor on the CPU and the learner on the device; with several, the actor on
+        device 0 and the learner on the rest; on a CPU host, the actor on device 0 and the
+        learner on the others (one device: both share it).
+
+        Raises:
+          ValueError: a name that is no local device, more than one actor device, or an actor
+            device among the learner's.
+        """
+        local = jax.local_devices()
+        accelerator = local[0].platform != "cpu"
+        if actor is None:
+            actor_device = jax.devices("cpu")[0] if accelerator and len(local) == 1 else local[0]
+        else:
+            named = _parse_devices(actor, "--actor-devices", local)
+            if len(named) != 1:
+                raise ValueError(
+                    f"--actor-devices names {len(named)} devices; the actor thread acts on one "
+                    "(give one index)"
+                )
+            actor_device = named[0]
+        if learner is None:
+            rest = [d for d in local if d != actor_device]
+            learner_devices = tuple(rest) if rest else (actor_device,)
+        else:
+            learner_devices = tuple(_parse_devices(learner, "--learner-devices", local))
+            if actor_device in learner_devices and len(learner_devices) > 1:
+                raise ValueError(
+                    f"--learner-devices includes the actor's device {actor_device}: with "
+                    "several learner devices, give the actor one of its own"
+                )
+        return cls(actor=actor_device, learner=learner_devices)
+
+    @property
+    def shared(self) -> bool:
+        """Whether acting and learning share one device (nothing then runs side by side)."""
+        return self.learner == (self.actor,)
+
+    def describe(self) -> str:
+        """One line for the run's output."""
+        learner = ", ".join(str(d) for d in self.learner)
+        return f"actor on {self.actor}, learner on {learner}"
+
+
+def _parse_devices(text: str, flag: str, local: list[Any]) -> list[Any]:
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if part == "cpu":
+            out.append(jax.devices("cpu")[0])
+            continue
+        if not part.isdigit() or int(part) >= len(local):
+            names = ", ".join(f"{i} ({d})" for i, d in enumerate(local))
+            raise ValueError(f"{flag}: {part!r} is not a local device; this host has {names}")
+        out.append(local[int(part)])
+    if len(set(out)) != len(out):
+        raise ValueError(f"{flag} names a device twice: {text!r}")
+    return out
+
+
+@dataclasses.dataclass
+class _Shared:
+    """What the two sides read of each other (plain Python values, under the GIL)."""
+
+    produced: int  # transitions the actor has stepped
+    dispatched: int  # updates the learner has dispatched
+    params: Any = None  # the newest published online network (computed)
+    params_updates: int = 0  # the update count of ``params``
+    report: Any = None  # ``[updates, loss]`` of ``params``' learner state (host array)
+    stop: bool = False
+    error: BaseException | None = None
+    max_lag: int = 0  # the largest lag seen at an act
+    max_gap: float = 0.0  # the largest replay-ratio gap seen, in updates
+
+
+class AsyncDriver:
+    """Runs an actor thread beside the learner (see the module docstring).
+
+    Args:
+      loop: the loop whose parts it composes. Where to act and learn is ``loop.placement``
+        (a :class:`Placement`; default :meth:`Placement.choose`), the lag bound
+        ``loop.max_lag`` (default 1) and the queue ``loop.queue_steps`` (default: one
+        update's worth of vector steps, at least 2), as :class:`zoo.loop.Loop` sets them.
+
+    Attributes:
+      max_lag: ``k``, the most updates the actor's parameters may trail the learner's.
+      queue_steps: vector steps the actor may run ahead of the learner.
+      tolerance: the bound, in updates, on how far the updates dispatched may trail the
+        transitions produced (see the module docstring).
+    """
+
+    name = "async"
+
+    def __init__(self, loop: Loop):
+        self.loop = loop
+        self.placement = loop.placement or Placement.choose()
+        self.max_lag = int(loop.max_lag)
+        if self.max_lag < 1:
+            raise ValueError(f"max_lag must be at least 1, got {self.max_lag}")
+        n, period = loop.num_envs, loop.credit.period
+        self.queue_steps = int(loop.queue_steps or max(2, math.ceil(period / n)))
+        # the queue, the step in the actor's hands and the one being consumed (each n
+        # transitions), and the credit below one update that the rule carries over
+        self.tolerance = (self.queue_steps + 2) * n / period + 1
+        self.act = async_jit(self._act)
+        self.insert = async_jit(loop.insert, donate_argnums=(1,))
+        self.sample = async_jit(loop.learn_step.sample, donate_argnums=(0,))
+        self.update = async_jit(loop.learn_step.update)
+        learner = loop.learner
+        self._mesh = learner.mesh if isinstance(learner, DataParallelLearner) else None
+        self.shared: _Shared | None = None
+        self.total = 0
+
+    # ----------------------------------------------------------------------- placement
+
+    def _to_learner(self, tree: Any) -> Any:
+        """``tree``'s arrays committed to the learner's first device (the replay's)."""
+        return jax.device_put(tree, self.placement.learner[0])
+
+    def _replicated(self, tree: Any) -> Any:
+        """``tree`` where the update reads it: replicated over the learner's mesh."""
+        if self._mesh is None:
+            return self._to_learner(tree)
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        return jax.device_put(tree, NamedSharding(self._mesh, P()))
+
+    def _split(self, tree: Any) -> Any:
+        """A batch split along its leading axis over the learner's mesh."""
+        if self._mesh is None:
+            return tree
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        return jax.device_put(tree, NamedSharding(self._mesh, P(self._mesh.axis_names[0])))
+
+    def _sample(self, replay_state: Any, deferred: Any, key: jax.Array) -> Any:
+        return self.sample(replay_state, self._to_learner(deferred), self._to_learner(key))
+
+    def _update(self, learner_state: Any, batch: Any, info: Any, sums: Any, count: Any) -> Any:
+        return self.update(
+            learner_state,
+            self._split(batch),
+            self._replicated(info),
+            self._replicated(sums),
+            self._replicated(count),
+        )
+
+    # ---------------------------------------------------------------------------- actor
+
+    def _act(self, ts: Any, key: jax.Array, core: Any, actor: Any, env_steps: Any) -> Any:
+        return self.loop.actor.act(actor, key, core, env_steps, ts)
+
+    def _gap(self, shared: _Shared) -> None:
+        credit = self.loop.credit
+        expected = max(shared.produced - credit.min_size, 0) / credit.period
+        shared.max_gap = max(shared.max_gap, expected - shared.dispatched)
+
+    def _actor_loop(
+        self, shared: _Shared, steps: queue.Queue, pending: Any, actions: Any, key: Any, core: Any
+    ) -> None:
+        """The actor thread: step, act with the newest parameters, hand the step over."""
+        env, n, device = self.loop.env, self.loop.num_envs, self.placement.actor
+        params, params_updates = None, None
+        try:
+            while not shared.stop and shared.produced < self.total:
+                ts = env.step(np.asarray(actions))
+                shared.produced += n
+                self._gap(shared)
+                # the learner publishes update u before it dispatches u + k: read its count
+                # first, then the newest parameters, which are at most k behind that count
+                dispatched = shared.dispatched
+                if shared.params_updates != params_updates:
+                    params_updates = shared.params_updates
+                    params = jax.device_put(shared.params, device)
+                shared.max_lag = max(shared.max_lag, dispatched - params_updates)
+                produced = np.asarray(shared.produced, np.int32)
+                key, core, next_pending, actions = self.act(ts, key, core, params, produced)
+                while not shared.stop:
+                    try:
+                        steps.put((pending, ts), timeout=_POLL)
+                        break
+                    except queue.Full:
+                        continue
+                pending = next_pending
+        except BaseException as e:
+            shared.error = e
+
+    # -------------------------------------------------------------------------- learner
+
+    @staticmethod
+    def _publish(shared: _Shared, learned: tuple[Any, Any]) -> None:
+        """Publish an update's online network for the actor, once it is computed."""
+        learner_state, loss = learned
+        jax.block_until_ready(learner_state.online)
+        shared.params = learner_state.online
+        shared.report = np.asarray(_jit_report(learner_state.updates, loss))
+        shared.params_updates = int(shared.report[0])
+
+    def _place(self, carry: LoopCarry) -> LoopCarry:
+        """The learner's state and the replay on the learner's devices."""
+        learning = carry.learning()
+        learning = learning._replace(
+            learner=self._replicated(learning.learner),
+            key=self._to_learner(learning.key),
+            deferred=self._to_learner(learning.deferred),
+            metric_sums=self._replicated(learning.metric_sums),
+            metric_count=self._replicated(learning.metric_count),
+            last_loss=self._replicated(learning.last_loss),
+        )
+        return carry.with_learning(
+            learning,
+            replay=self._to_learner(carry.replay),
+            env_steps=self._to_learner(carry.env_steps),
+            credit=self._to_learner(carry.credit),
+        )
+
+    def run(
+        self, carry: LoopCarry, actions: Any, trainer: Trainer, interrupted: list[bool]
+    ) -> LoopCarry:
+        """Train with an actor thread until the budget, a stop or a signal."""
+        credit_rule, n = self.loop.credit, self.loop.num_envs
+        self.total = trainer.settings.total_env_steps
+        carry = self._place(carry)
+        env_steps, credit = int(carry.env_steps), float(carry.credit)
+        shared = _Shared(produced=env_steps, dispatched=int(carry.learner.updates))
+        self.shared = shared
+        self._publish(shared, (carry.learner, carry.last_loss))
+        # the actor's own key, folded from the run's: the learner's sampling keys stay the
+        # host driver's
+        actor = self.placement.actor
+        key = jax.device_put(jax.random.fold_in(carry.key, 0x5EB), actor)
+        steps: queue.Queue = queue.Queue(maxsize=self.queue_steps)
+        args = (shared, steps, jax.device_put(carry.pending, actor), actions, key)
+        thread = threading.Thread(
+            target=self._actor_loop,
+            args=(*args, jax.device_put(carry.core, actor)),
+            name="zoo-actor",
+            daemon=True,
+        )
+        in_flight: list[tuple[Any, Any]] = []
+        thread.start()
+        try:
+            while trainer.env_steps < self.total:
+                pending, ts = self._next_step(shared, steps)
+                replay, env_steps_arr, credit_arr = self.insert(
+                    ts, carry.replay, self._to_learner(pending), carry.env_steps, carry.credit
+                )
+                carry = dataclasses.replace(
+                    carry, replay=replay, env_steps=env_steps_arr, credit=credit_arr
+                )
+                env_steps += n
+                credit = credit_rule.earn(env_steps, credit)
+                while credit_rule.due(credit):
+                    # the lag bound: update u + 1 waits for update u + 1 - k to finish
+                    if len(in_flight) >= self.max_lag:
+                        self._publish(shared, in_flight.pop(0))
+                    carry = self._learn(carry)
+                    credit = credit_rule.spend(credit)
+                    shared.dispatched += 1
+                    in_flight.append((carry.learner, carry.last_loss))
+                # publish what has finished without waiting (the actor acts with the newest)
+                while in_flight and in_flight[0][0].updates.is_ready():
+                    self._publish(shared, in_flight.pop(0))
+                self._gap(shared)
+                trainer.account([ts], shared.report)
+                done = trainer.env_steps >= self.total
+                if done or interrupted or trainer.env_steps >= trainer.next_event:
+                    carry, stop = trainer.events(carry, interrupted)
+                    if stop:
+                        break
+        finally:
+            shared.stop = True
+            thread.join()
+        return carry
+
+    @staticmethod
+    def _next_step(shared: _Shared, steps: queue.Queue) -> tuple[Any, Any]:
+        """The actor's next step; the actor's exception if it failed."""
+        while True:
+            if shared.error is not None:
+                raise shared.error
+            try:
+                return steps.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+
+    def _learn(self, carry: LoopCarry) -> LoopCarry:
+        """One learn step on the learner's devices, dispatched without waiting for it."""
+        learning, replay = self.loop.learn_step.learn(
+            carry.learning(), carry.replay, sample=self._sample, update=self._update,
+            report=_jit_report,
+        )  # fmt: skip
+        return carry.with_learning(
+            learning, replay=replay, credit=self.loop.credit.spend(carry.credit)
+        )
+
+    def stats(self) -> dict[str, float]:
+        """The largest parameter lag and replay-ratio gap measured so far, and the bounds
+        they are held to (recorded in the run's log)."""
+        if self.shared is None:
+            return {}
+        return {
+            "async_max_lag": float(self.shared.max_lag),
+            "async_max_lag_bound": float(self.max_lag),
+            "async_ratio_gap": float(self.shared.max_gap),
+            "async_ratio_tolerance": float(self.tolerance),
+        }
