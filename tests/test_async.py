@@ -11,8 +11,10 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import gymnasium as gym
 import jax
 import pytest
 
@@ -157,3 +159,25 @@ def test_async_on_forced_devices_places_the_actor_and_a_data_parallel_learner(tm
     assert last["async_max_lag"] <= 1
     assert last["async_ratio_gap"] <= last["async_ratio_tolerance"]
     assert math.isfinite(last["loss"])
+
+
+class _FailingCartPole(gym.Wrapper):
+    """CartPole whose 300th step raises, as a crashed simulator would."""
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 300:
+            raise RuntimeError("the simulator crashed at its 300th step")
+        return self.env.step(action)
+
+
+def test_an_actor_failure_stops_the_run_with_its_error_and_the_thread(tmp_path):
+    if "ZooFailingCartPole-v0" not in gym.registry:
+        gym.register("ZooFailingCartPole-v0", entry_point=_FailingCartPole)
+    with pytest.raises(RuntimeError, match="crashed at its 300th step"):
+        _train(tmp_path, "failing", env="ZooFailingCartPole-v0", num_envs=1, loop="async")
+    assert not [t for t in threading.enumerate() if t.name == "zoo-actor"]
