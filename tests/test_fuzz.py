@@ -365,7 +365,9 @@ def _value(draw: st.DrawFn, flag: str) -> str:
     if flag == "--protocol":
         return draw(st.sampled_from(["classic", "nature_2015", "nope", ""]))
     if flag == "--loop":
-        return draw(st.sampled_from(["auto", "host", "compiled", "fast"]))
+        return draw(st.sampled_from(["auto", "host", "compiled", "async", "fast"]))
+    if flag in ("--actor-devices", "--learner-devices"):
+        return draw(st.sampled_from(["0", "1", "cpu", "0,0", "0,x", ""]))
     if flag == "--set":
         return f"{draw(st.sampled_from(SET_KEYS))}={draw(st.sampled_from(SET_VALUES))}"
     if flag == "--steps":
@@ -385,6 +387,9 @@ TRAIN_FLAGS = [
     "--env",
     "--protocol",
     "--loop",
+    "--max-lag",
+    "--actor-devices",
+    "--learner-devices",
     "--set",
     "--set",
 ]
