@@ -20,8 +20,9 @@ import pytest
 
 import zoo
 from zoo.drivers import Placement
+from zoo.memory import RUN_OVERHEAD
 from zoo.metrics import read_jsonl
-from zoo.run import RunRefusedError
+from zoo.run import RunRefusedError, plan_memory
 from zoo.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,3 +182,54 @@ def test_an_actor_failure_stops_the_run_with_its_error_and_the_thread(tmp_path):
     with pytest.raises(RuntimeError, match="crashed at its 300th step"):
         _train(tmp_path, "failing", env="ZooFailingCartPole-v0", num_envs=1, loop="async")
     assert not [t for t in threading.enumerate() if t.name == "zoo-actor"]
+
+
+def _peak_gib(argv: list[str], cwd: Path) -> float:
+    """Run ``zoo`` ``argv`` on two forced host devices; its own peak resident memory (GiB)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "zoo.cli", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0, process.stderr.read().decode()[-3000:]
+    return usage.ru_maxrss / 2**20  # KiB on Linux
+
+
+@pytest.mark.slow
+def test_async_atari_run_and_its_resume_hold_one_replay(tmp_path):
+    """A 300k-transition Atari replay (2 GB) on the learner's own device: the new run, its
+    checkpoint with the replay, and the resume that restores it stay within the replay's bytes
+    + the run overhead. Before the replay was committed to the learner's device, the restore
+    moved it to the default device and held it twice (measured: 3.63 against 2.27 GiB for a
+    1.3 GB replay)."""
+    capacity = 300_000
+    args = [
+        "--steps", "1100", "--checkpoint-every", "1100", "--eval-every", "1100",
+        "--eval-episodes", "1", "--eval-max-steps", "50", "--progress", "off",
+    ]  # fmt: skip
+    sets = ["--set", f"replay.capacity={capacity}", "--set", "replay.min_size=1000"]
+    new = ["train", "dqn", "--env", "Breakout-v5", "--run-dir", "run", "--loop", "async"]
+    first = _peak_gib([*new, *args, *sets], tmp_path)
+    resumed = _peak_gib(
+        ["train", "--resume", "run", "--steps", "1200", "--progress", "off"], tmp_path
+    )
+    assert read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]["env_steps"] == 1200
+    plan = plan_memory(
+        "dqn",
+        env="Breakout-v5",
+        overrides={"replay.capacity": capacity, "replay.min_size": 1000},
+        total_env_steps=1100,
+    )
+    bound = (plan.replay_bytes + RUN_OVERHEAD) / 2**30
+    assert plan.replay_bytes > 1.9 * 2**30
+    assert first <= bound, (first, bound)
+    assert resumed <= bound, (resumed, bound)
