@@ -228,10 +228,7 @@ class AsyncDriver:
         """``tree`` where the update reads it: replicated over the learner's mesh."""
         if self._mesh is None:
             return self._to_learner(tree)
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
-
-        return jax.device_put(tree, NamedSharding(self._mesh, P()))
+        return jax.device_put(tree, self._shardings()[1])
 
     def _shardings(self) -> tuple[Any, Any]:
         """``(split, replicated)`` shardings over the learner's mesh."""
