@@ -52,6 +52,7 @@ __all__ = [
     "Checkpointer",
     "Chunk",
     "chunk_plan",
+    "complete_steps",
     "flatten_arrays",
     "unflatten_arrays",
 ]
@@ -383,6 +384,16 @@ def _describe_os_error(error: OSError, action: str, where: Path) -> str:
     return f"{action} in {where} failed: {error}"
 
 
+def complete_steps(directory: str | os.PathLike[str]) -> list[int]:
+    """Steps of the complete checkpoints in ``directory``, oldest first, read without opening a
+    manager there (another process may own it): Orbax writes a checkpoint under a temporary
+    name and renames it to its step once complete."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
+
+
 class Checkpointer:
     """Numbered checkpoints of a run state in ``directory`` (keeps the newest ``max_to_keep``).
 
@@ -406,8 +417,22 @@ class Checkpointer:
             raise CheckpointError(
                 _describe_os_error(e, "creating the checkpoint folder", self.directory)
             ) from None
+        # over several processes (zoo.distributed) each writes its own folder alone: it is
+        # the primary and only process of its manager (Orbax otherwise lets process 0 alone
+        # create folders and waits for every process at each save)
+        k = jax.process_index()
+        multiprocessing = (
+            ocp.options.MultiprocessingOptions(
+                primary_host=k, active_processes={k}, barrier_sync_key_prefix=f"zoo-process-{k}"
+            )
+            if jax.process_count() > 1
+            else ocp.options.MultiprocessingOptions()
+        )
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False
+            max_to_keep=max_to_keep,
+            create=jax.process_count() == 1,  # the folder exists (made above)
+            enable_async_checkpointing=False,
+            multiprocessing_options=multiprocessing,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 

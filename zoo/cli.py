@@ -202,6 +202,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             actor_devices=args.actor_devices,
             learner_devices=args.learner_devices,
             max_lag=args.max_lag,
+            coordinator=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
             on_start=lambda path: print(f"run directory: {path}", file=sys.stderr),
         )
     except RunRefusedError as e:
@@ -677,6 +680,24 @@ def _parser() -> argparse.ArgumentParser:
         type=_COUNT,
         help="--loop async: the most updates the actor's parameters may trail the learner's "
         "(default 1, as the synchronous drivers)",
+    )
+    p.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="train as one of several processes joined by jax.distributed: process 0's address "
+        "(default: $ZOO_COORDINATOR, else JAX's detection of the cluster); start every process "
+        "with the same arguments and --run-dir",
+    )
+    p.add_argument(
+        "--num-processes",
+        type=_COUNT,
+        help="processes in the run (default: $ZOO_NUM_PROCESSES, else the cluster's); each "
+        "steps --num-envs environments and keeps a replay shard of capacity / processes",
+    )
+    p.add_argument(
+        "--process-id",
+        type=int,
+        help="this process's index, 0 owning the run directory (default: $ZOO_PROCESS_ID)",
     )
     _progress_option(p)
     p.set_defaults(func=_cmd_train)

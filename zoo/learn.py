@@ -131,7 +131,8 @@ class LearnStep:
       learner: the learner whose update runs (:class:`~zoo.learner.Learner` or
         :class:`~zoo.learner.DataParallelLearner`).
       replay: the replay sampled from.
-      batch_size: items per update (``replay.batch_size``).
+      batch_size: items per update (``replay.batch_size``); over several processes
+        (:mod:`zoo.distributed`) each samples its share from its own replay shard.
       batch_field: the spec field(s) that set ``batch_size``, named when it does not divide
         evenly over the learner's devices.
 
@@ -151,14 +152,16 @@ class LearnStep:
     ):
         self.learner = learner
         self.replay = replay
-        self.batch_size = int(batch_size)
+        batch_size = int(batch_size)
         shards = learner.num_shards
-        if self.batch_size % shards != 0:
+        if batch_size % shards != 0:
             raise ValueError(
-                f"{batch_field} gives {self.batch_size} items per update, which cannot be split "
+                f"{batch_field} gives {batch_size} items per update, which cannot be split "
                 f"evenly over the learner's {shards} devices: choose values that make it a "
                 f"multiple of {shards}"
             )
+        # a learner over several processes takes each one's share of the global batch
+        self.batch_size = batch_size // learner.num_processes
         self.metric_names = tuple(learner.loss.metric_names)
 
     def init(self, learner_state: LearnerState, key: jax.Array) -> LearnCarry:
@@ -176,17 +179,17 @@ class LearnStep:
         )
         return self.with_learner(carry, learner_state)
 
-    @staticmethod
-    def with_learner(carry: LearnCarry, learner_state: LearnerState) -> LearnCarry:
+    def with_learner(self, carry: LearnCarry, learner_state: LearnerState) -> LearnCarry:
         """``carry`` with a new learner state, the actors acting with its online network.
 
-        The actors get a copy: a compiled driver donates the carry, and a buffer cannot be
-        donated twice.
+        The actors get a copy (this process's, of a state replicated over processes): a
+        compiled driver donates the carry, and a buffer cannot be donated twice.
         """
+        local = self.learner.unreplicate(learner_state)
         actor = jax.tree.map(
-            lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, learner_state.online
+            lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, local.online
         )
-        report = learner_report(learner_state.updates, carry.last_loss)
+        report = learner_report(local.updates, carry.last_loss)
         return carry._replace(learner=learner_state, actor=actor, actor_report=report)
 
     def sample(
@@ -245,7 +248,9 @@ class LearnStep:
         """
         sample = self.sample if sample is None else sample
         update = self.update if update is None else update
-        actor, actor_report = carry.learner.online, report(carry.learner.updates, carry.last_loss)
+        # the actors act on this process's copy (a learner over processes holds global arrays)
+        local = self.learner.unreplicate(carry.learner)
+        actor, actor_report = local.online, report(local.updates, carry.last_loss)
         replay_state, key, batch, info = sample(replay_state, carry.deferred, carry.key)
         if barrier:
             batch = jax.lax.optimization_barrier(batch)

@@ -67,10 +67,14 @@ class Learner:
       augment: the spec's augmentation of sampled batches, or ``None``.
       num_devices: the local devices one update runs on (1).
       num_shards: the parts each update's batch is split into (1: taken whole).
+      num_processes: the processes one update spans (1).
+      traceable: whether :meth:`update` may be called inside ``jit`` or ``lax.scan`` (true).
     """
 
     num_devices = 1
     num_shards = 1
+    num_processes = 1
+    traceable = True
 
     def __init__(self, spec: AlgorithmSpec, *, axis_name: str | None = None):
         self.spec = spec
@@ -92,6 +96,14 @@ class Learner:
             updates=jnp.zeros((), jnp.int32),
             key=key,
         )
+
+    def replicate(self, tree: Any) -> Any:
+        """``tree`` as :meth:`update` takes it (unchanged on one device)."""
+        return tree
+
+    def unreplicate(self, tree: Any) -> Any:
+        """This process's copy of a state :meth:`update` returned (unchanged on one device)."""
+        return tree
 
     def update(
         self, state: LearnerState, batch: Transition | SequenceBatch
@@ -152,6 +164,10 @@ class DataParallelLearner:
     Attributes:
       learner: the per-device :class:`Learner` (its loss reduces over :attr:`axis_name`).
       devices: the mesh's devices; ``num_devices`` the local ones among them.
+      num_processes: the processes the mesh spans (each feeds ``1 / num_processes`` of the
+        global batch).
+      traceable: false when the mesh spans processes: :meth:`update` then assembles global
+        arrays from this process's batch and must be called from Python, not inside ``jit``.
     """
 
     axis_name = "devices"
@@ -164,6 +180,8 @@ class DataParallelLearner:
         local = [d for d in self.devices if d.process_index == jax.process_index()]
         self.num_devices = len(local)
         self._multiprocess = len(local) < len(self.devices)
+        self.num_processes = len({d.process_index for d in self.devices})
+        self.traceable = not self._multiprocess
         self.learner = Learner(spec, axis_name=self.axis_name)
         self.loss = self.learner.loss
         self.mesh = Mesh(np.asarray(self.devices), (self.axis_name,))

@@ -52,9 +52,10 @@ import numpy as np
 
 from zoo.actor import Actor, Pending, make_act, starts_transition
 from zoo.checkpoint import Checkpointer
+from zoo.distributed import ProcessGroup
 from zoo.drivers import DRIVERS, Driver, HostDriver, Placement
 from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
-from zoo.learn import LearnCarry, LearnStep
+from zoo.learn import LearnCarry
 from zoo.learner import DataParallelLearner, Learner, LearnerState
 from zoo.metrics import MetricsLogger, Progress
 from zoo.replay import PendingPriorities, StepBatch
@@ -191,6 +192,8 @@ class Loop:
       host: the host driver (:class:`zoo.drivers.HostDriver`): its ``insert``, ``act``,
         ``sample`` and ``update`` are the body's pieces, each one asynchronously jitted call.
       devices: the local devices one update runs on.
+      step_transitions: transitions of the run per vector step (``N``; ``P × N`` when the
+        learner spans ``P`` processes, :mod:`zoo.distributed`).
     """
 
     def __init__(
@@ -218,6 +221,9 @@ class Loop:
         # the data kind states how the loop learns from it (a replay: sample → update per
         # update_period transitions; a rollout store: a learning phase per rollout)
         self.learn_step, self.credit = replay.learning_parts(learner, spec, self.num_envs)
+        # transitions of the run per vector step: N, or P × N over P processes stepping in
+        # lockstep (zoo.distributed); the budget, ε and the credit rule count these
+        self.step_transitions = self.credit.num_envs
         self.metric_names = self.learn_step.metric_names
         self.devices = learner.num_devices
         self.host = HostDriver(self)
@@ -289,11 +295,10 @@ class Loop:
             metric_names=self.metric_names,
         )
 
-    @staticmethod
-    def with_learner(carry: LoopCarry, learner_state: LearnerState) -> LoopCarry:
+    def with_learner(self, carry: LoopCarry, learner_state: LearnerState) -> LoopCarry:
         """``carry`` with a new learner state, the actors acting with its online network
         (:meth:`zoo.learn.LearnStep.with_learner`)."""
-        return carry.with_learning(LearnStep.with_learner(carry.learning(), learner_state))
+        return carry.with_learning(self.learn_step.with_learner(carry.learning(), learner_state))
 
     def checkpoint_state(self, carry: LoopCarry, games: int, save_replay: bool) -> dict[str, Any]:
         """What a checkpoint holds: learner, counters, RNG key, and the replay unless opted out.
@@ -303,7 +308,8 @@ class Loop:
         checkpointed, so a resumed run starts new episodes, acting with the learner's network.
         """
         state = {
-            "learner": carry.learner,
+            # this process's copy of a learner replicated over processes (zoo.distributed)
+            "learner": self.learner.unreplicate(carry.learner),
             "counters": {
                 "env_steps": carry.env_steps,
                 "credit": carry.credit,
@@ -332,7 +338,7 @@ class Loop:
             core_state=p.core_state,
             next_observation=ts.observation,
         )
-        env_steps = env_steps + self.num_envs
+        env_steps = env_steps + self.step_transitions
         credit = self.credit.earn(env_steps, credit)
         return self.replay.add(replay_state, step), env_steps, credit
 
@@ -399,6 +405,11 @@ class Trainer:
     calls back :meth:`account` after vector steps and :meth:`events` where a log, evaluation or
     checkpoint may be due (:attr:`next_event`). How long to train and how often to log,
     evaluate and checkpoint are the run's own settings (units: transitions).
+
+    Over several processes (``group``, :mod:`zoo.distributed`) every process runs a trainer
+    with its own logger and checkpointer; only process 0 evaluates, its early stop is every
+    process's, and an interrupt on any process stops all of them at the next log (the
+    processes decide together, never one alone: an update is a collective).
     """
 
     loop: Loop
@@ -410,6 +421,8 @@ class Trainer:
     games: int = 0
     #: whether to draw the progress line (on a terminal, or periodic lines in logs)
     progress: bool = True
+    #: the run's processes (one by default)
+    group: ProcessGroup = field(default_factory=ProcessGroup)
     stopped_by_signal: bool = field(default=False, init=False)
     #: transitions accounted so far (the host's count, after the driver reported them)
     env_steps: int = field(default=0, init=False)
@@ -421,6 +434,7 @@ class Trainer:
     _window: dict[str, list[float]] = field(default_factory=dict, init=False, repr=False)
     _start: tuple[float, int, int] = field(default=(0.0, 0, 0), init=False, repr=False)
     _driver: Any = field(default=None, init=False, repr=False)
+    _signalled: list[bool] = field(default_factory=list, init=False, repr=False)
 
     def state_of(self, carry: LoopCarry, games: int) -> dict[str, Any]:
         """The checkpointable run state (see :meth:`Loop.checkpoint_state`)."""
@@ -465,8 +479,10 @@ class Trainer:
         self._window = {}
         self._start = (time.perf_counter(), self.env_steps, self.updates)
         interrupted: list[bool] = []
+        # one process alone never stops: its signal is agreed on at the next log (events)
+        heard = self._signalled if self.group.several else interrupted
         previous = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(True))
+        signal.signal(signal.SIGINT, lambda signum, frame: heard.append(True))
         carry = carry.reset_metrics()
         ts = env.reset()
         carry, actions = loop.first_act(carry, ts)
@@ -484,7 +500,7 @@ class Trainer:
           timesteps: the environments' TimeSteps of those vector steps, in order (host arrays).
           report: ``[updates, loss]`` of the learner state the actors acted with last.
         """
-        n = self.loop.env.num_envs
+        n = self.loop.step_transitions
         for ts in timesteps:
             self.env_steps += n
             finished = self._tracker.update(ts)
@@ -510,6 +526,8 @@ class Trainer:
         if env_steps >= nxt["log"] or done:
             while nxt["log"] <= env_steps:
                 nxt["log"] += cfg.log_every
+            if self.group.several and self.group.any(bool(self._signalled)):
+                interrupted.append(True)
             # the per-step report is the actors' (one update behind): log the learner's count
             updates = int(carry.learner.updates)
             t0, steps0, updates0 = self._start
@@ -535,9 +553,13 @@ class Trainer:
         if env_steps >= nxt["eval"] or done:
             while nxt["eval"] <= env_steps:
                 nxt["eval"] += cfg.eval_every
-            result = self.evaluate(carry.learner.online, env_steps)
             target = cfg.stop_at_return
-            stop = target is not None and result["mean_return"] >= target
+            if self.group.main:
+                online = self.loop.learner.unreplicate(carry.learner).online
+                result = self.evaluate(online, env_steps)
+                stop = target is not None and result["mean_return"] >= target
+            if target is not None:
+                stop = bool(self.group.broadcast(float(stop)))
         if env_steps >= nxt["ckpt"] or done or stop or interrupted:
             while nxt["ckpt"] <= env_steps:
                 nxt["ckpt"] += cfg.checkpoint_every

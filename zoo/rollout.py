@@ -171,6 +171,11 @@ class RolloutStore:
         """A :class:`RolloutLearnStep`, due once per ``T × N`` transitions from the first."""
         if num_envs != self.num_envs:
             raise ValueError(f"the store holds {self.num_envs} environments, not {num_envs}")
+        if learner.num_processes > 1:
+            raise ValueError(
+                "a rollout learner (PQN) does not run across processes yet: its learning phase "
+                "shuffles the whole rollout into minibatches; train it in one process"
+            )
         credit = UpdateCredit.of(self.length * num_envs, num_envs, num_envs)
         return RolloutLearnStep(learner, self), credit
 

@@ -354,6 +354,9 @@ class TrainRequest:
     actor_devices: str | None = None
     learner_devices: str | None = None
     max_lag: int | None = None
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
     progress: bool = True
     on_start: Callable[[Path], None] | None = None
 
@@ -445,6 +448,9 @@ def train(
     actor_devices: str | None = None,
     learner_devices: str | None = None,
     max_lag: int | None = None,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
 ) -> RunResult:
@@ -485,6 +491,11 @@ def train(
         :meth:`zoo.drivers.Placement.choose`.
       max_lag: with ``loop="async"``: the most updates the actor's parameters may trail the
         learner's (default 1).
+      coordinator, num_processes, process_id: train as one of several processes joined by
+        ``jax.distributed`` (:mod:`zoo.distributed`; default: the ``ZOO_COORDINATOR``,
+        ``ZOO_NUM_PROCESSES`` and ``ZOO_PROCESS_ID`` variables, else one process). Every
+        process is started with the same arguments (and a ``run_dir``); process 0 owns the run
+        directory. Must be called before JAX has started in this process.
       progress: show the progress line on a terminal.
       on_start: called with the run directory once it exists (tests use it).
 
@@ -521,6 +532,9 @@ def train(
         actor_devices=actor_devices,
         learner_devices=learner_devices,
         max_lag=max_lag,
+        coordinator=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
         progress=progress,
         on_start=on_start,
     )
@@ -550,8 +564,171 @@ def _say(message: str) -> None:
     print(f"zoo: {message}", file=sys.stderr, flush=True)
 
 
+def _join(request: TrainRequest) -> Any:
+    """The run's process group (:mod:`zoo.distributed`): joined when asked, else one process."""
+    from zoo import distributed
+
+    try:
+        asked = distributed.requested(
+            request.coordinator, request.num_processes, request.process_id
+        )
+    except ValueError as e:
+        raise RunRefusedError(str(e)) from None
+    if not asked.given or asked.num_processes == 1:
+        return distributed.ProcessGroup()
+    if request.run_dir is None and request.resume is None:
+        raise RunRefusedError(
+            "a run over several processes needs --run-dir (every process must name the same "
+            "directory; process 0 owns it)"
+        )
+    if request.restart:
+        raise RunRefusedError(
+            "--restart is for one process; a run over several that stopped before its first "
+            "checkpoint is started again in a new --run-dir"
+        )
+    if request.loop not in (None, "auto", "host"):
+        raise RunRefusedError(
+            f"--loop {request.loop} runs in one process; a run over several processes uses the "
+            "host driver (--loop host)"
+        )
+    try:
+        return distributed.join(asked)
+    except ValueError as e:
+        raise RunRefusedError(str(e)) from None
+
+
 def _train(request: TrainRequest) -> RunResult:
     """:func:`train`'s body."""
+    group = _join(request)
+    if group.several:
+        return _train_in_group(request, group)
+    return _train_alone(request)
+
+
+def _train_in_group(request: TrainRequest, group: Any) -> RunResult:
+    """:func:`train` as one of several processes (:mod:`zoo.distributed`): process 0 creates or
+    checks the run directory as one process would; the others wait for its answer, then read
+    the run's spec and settings from the directory and keep their own part of it."""
+    from zoo.envs import make
+
+    given = request.given()
+    run_path = Path(request.resume if request.resume is not None else request.run_dir)
+    mode = "resume" if request.resume is not None else "new"
+    lock, failure, finished, previous_total = None, None, None, None
+    if group.main:
+        try:
+            if mode == "resume":
+                lock = _lock_run_to_resume(run_path)
+                spec, settings, previous_total = _resumable(
+                    run_path, request.algorithm, request.overrides, request.total_env_steps, given
+                )
+                _check_processes(run_path, settings, group.num_processes)
+                finished = _already_finished(run_path, settings)
+                if finished is None and not _checkpoint_steps(run_path):
+                    raise RunRefusedError(
+                        f"cannot resume {run_path}: it stopped before its first checkpoint; "
+                        "train it again in a new --run-dir"
+                    )
+            else:
+                if request.algorithm is None:
+                    raise RunRefusedError("name an algorithm or preset to train")
+                spec, settings = _new_settings(
+                    request.algorithm, request.overrides, request.total_env_steps, given
+                )
+                settings = settings.model_copy(update={"processes": group.num_processes})
+                _preflight(spec, settings)
+                run_path, lock = _create_run_dir(run_path, spec, settings)
+        except (RunError, SpecError) as e:
+            failure = e
+    # 0: train; 1: process 0 refused or failed (its error says why); 2: nothing left to train
+    answer = int(group.broadcast(1 if failure is not None else 2 if finished else 0))
+    if failure is not None:
+        if lock is not None:
+            lock.release()
+        raise failure
+    if answer == 1:
+        raise RunRefusedError(f"process 0 did not start the run in {run_path}; its output says why")
+    if answer == 2:
+        if lock is not None:
+            lock.release()
+        return (
+            finished
+            if finished is not None
+            else _already_finished(run_path, _read_settings(run_path))
+        )
+    if not group.main:
+        settings = _read_settings(run_path)
+        if request.total_env_steps is not None:
+            settings = settings.model_copy(update={"total_env_steps": request.total_env_steps})
+        created = rundir.creation_record(rundir.read_history(run_path))
+        spec = _recorded_spec(run_path, created, "resume")
+        _check_processes(run_path, settings, group.num_processes)
+        own = group.own_dir(run_path)
+        try:
+            own.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunError(f"cannot write {own}: {e.strerror or e}") from None
+        lock = rundir.RunLock(own).acquire()
+    try:
+        if group.main and request.on_start is not None:
+            request.on_start(run_path)
+        env_obj = make(
+            settings.env,
+            protocol=settings.protocol,
+            num_envs=settings.num_envs,
+            seed=group.seed(settings.seed),
+            training=True,
+        )
+        try:
+            result = _run(
+                spec,
+                settings,
+                env_obj,
+                run_path,
+                mode,
+                request.progress and group.main,
+                previous_total,
+                group=group,
+            )
+        finally:
+            env_obj.close()
+        if group.main:
+            rundir.append_history(
+                run_path,
+                "stopped",
+                status="interrupted" if result.interrupted else "finished",
+                env_steps=result.env_steps,
+                processes=group.num_processes,
+            )
+        return result
+    except RunRefusedError:
+        raise
+    except RunError as e:
+        if group.main:
+            with contextlib.suppress(OSError):
+                rundir.append_history(run_path, "stopped", status="failed", reason=str(e))
+        raise
+    finally:
+        lock.release()
+
+
+def _check_processes(run_path: Path, settings: RunSettings, processes: int) -> None:
+    """A run's replay is in one shard per process: it resumes with as many processes."""
+    if settings.processes != processes:
+        how = (
+            "zoo train --resume RUN with --num-processes, --process-id and --coordinator"
+            if settings.processes > 1
+            else "zoo train --resume RUN"
+        )
+        raise RunRefusedError(
+            f"cannot resume {run_path} with {processes} process(es): it was trained by "
+            f"{settings.processes} (its replay is kept in one shard per process); resume it "
+            f"with {settings.processes}: {how}"
+        )
+
+
+def _train_alone(request: TrainRequest) -> RunResult:
+    """:func:`train` in one process."""
     from zoo.envs import make
 
     given = request.given()
@@ -567,6 +744,7 @@ def _train(request: TrainRequest) -> RunResult:
             spec, settings, previous_total = _resumable(
                 run_path, algorithm, overrides, total_env_steps, given
             )
+            _check_processes(run_path, settings, 1)
             _request_devices(settings.loop)
             mode = "resume"
             if request.restart:
@@ -800,11 +978,10 @@ def _default_run_dir(spec: AlgorithmSpec, settings: RunSettings) -> Path:
 
 
 def _checkpoint_steps(run_path: Path) -> list[int]:
-    """Steps of the checkpoint folders on disk (complete or not), read without Orbax."""
-    folder = RunDir(run_path).checkpoints
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
+    """Steps of the complete checkpoints on disk, read without Orbax."""
+    from zoo.checkpoint import complete_steps
+
+    return complete_steps(RunDir(run_path).checkpoints)
 
 
 def _describe_run(run_path: Path) -> str:
@@ -1223,11 +1400,19 @@ def plan_memory(
     return MemoryPlan(replay_bytes, spec.replay.capacity, network_bytes=network_bytes)
 
 
-def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
+def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, group: Any = None):
     import jax
 
     from zoo.learner import DataParallelLearner, Learner, learner_for_devices
     from zoo.networks import build_network
+
+    several = group is not None and group.several
+    if several:
+        # each process keeps its shard of the replay: capacity / P transitions
+        shard = spec.replay.model_copy(
+            update={"capacity": spec.replay.capacity // group.num_processes}
+        )
+        spec = spec.model_copy(update={"replay": shard})
 
     # counted from shapes before anything is allocated: a network or replay that cannot fit is
     # refused with the fix instead of failing inside JAX after filling the memory
@@ -1248,6 +1433,17 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any):
     except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
         raise RunRefusedError(str(e)) from None
     _check_memory(replay.nbytes(), network_bytes, spec)
+    if several:
+        # every process's devices: gradients averaged over all of them
+        learner = DataParallelLearner(spec, devices=jax.devices())
+        # the processes' actors and samplers draw apart; the networks start identical
+        k_run = jax.random.fold_in(k_run, group.process_id)
+        _say(
+            f"process {group.process_id} of {group.num_processes}: the update runs "
+            f"data-parallel over {len(learner.devices)} devices of {group.num_processes} "
+            "processes (zoo.distributed)"
+        )
+        return network, learner, replay, learner.init(network, k_learner), k_run, core
     if settings.loop == "async":
         placement = _placement(settings)
         learner = (
@@ -1309,23 +1505,28 @@ def _run(
     mode: str,
     show_progress: bool,
     previous_total: int | None = None,
+    group: Any = None,
 ) -> RunResult:
     """Build, restore (``mode == "resume"``) and train; ``previous_total`` is the budget before
-    a resume changed it."""
+    a resume changed it. Over several processes (``group``) each keeps its checkpoints and
+    training records in its own directory (:meth:`zoo.distributed.ProcessGroup.own_dir`)."""
     from zoo.checkpoint import Checkpointer, CheckpointError
+    from zoo.distributed import ProcessGroup
     from zoo.loop import NonFiniteLossError, Trainer
     from zoo.metrics import MetricsLogger, read_jsonl
 
-    loop_path = _loop_path(settings.loop, env_obj)
+    group = group or ProcessGroup()
+    own = group.own_dir(run_path)
+    loop_path = "host" if group.several else _loop_path(settings.loop, env_obj)
     try:
-        checkpointer = Checkpointer(RunDir(run_path).checkpoints)
+        checkpointer = Checkpointer(RunDir(own).checkpoints)
     except CheckpointError as e:
         raise RunError(str(e)) from None
     try:
         loop, carry, games, resume_from = _start(
-            spec, settings, env_obj, run_path, mode, checkpointer, previous_total
+            spec, settings, env_obj, run_path, mode, checkpointer, previous_total, group
         )
-        logger = MetricsLogger(run_path, resume_from=resume_from)
+        logger = MetricsLogger(own, resume_from=resume_from)
         evaluate_now = _evaluator(spec, settings, env_obj, logger, show_progress)
         trainer = Trainer(
             loop,
@@ -1336,6 +1537,7 @@ def _run(
             evaluate_now,
             games=games,
             progress=show_progress,
+            group=group,
         )
         try:
             carry = trainer.run(carry)
@@ -1383,16 +1585,18 @@ def _start(
     mode: str,
     checkpointer: Any,
     previous_total: int | None,
+    group: Any,
 ) -> tuple[Any, Any, int, int | None]:
     """The loop and its first carry: fresh, or restored from the newest intact checkpoint
-    (damaged newer ones are reported, set aside and recorded). Returns ``(loop, carry, games,
-    resume_from)``."""
+    (damaged newer ones are reported, set aside and recorded). Over several processes, every
+    process restores the newest step that all of them completed. Returns ``(loop, carry,
+    games, resume_from)``."""
     import equinox as eqx
 
     from zoo.checkpoint import CheckpointCorruptError, CheckpointError
     from zoo.loop import Loop
 
-    _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj)
+    _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj, group)
     placement = _placement(settings) if settings.loop == "async" else None
     loop = Loop(spec, env_obj, learner, replay, core, placement=placement, max_lag=settings.max_lag)
     carry = loop.init(learner_state, run_key)
@@ -1400,7 +1604,12 @@ def _start(
         return loop, carry, 0, None
     template = loop.checkpoint_state(carry, 0, settings.save_replay)
     try:
-        restored, meta, step, skipped = checkpointer.restore_intact(template)
+        if group.several:
+            step = _common_step(run_path, group)
+            restored, meta = checkpointer.restore(template, step)
+            skipped: list[tuple[int, str]] = []
+        else:
+            restored, meta, step, skipped = checkpointer.restore_intact(template)
     except CheckpointCorruptError as e:
         raise RunError(f"cannot resume {run_path}: no checkpoint is intact ({e})") from None
     except CheckpointError as e:
@@ -1423,9 +1632,31 @@ def _start(
         carry,
         (replay_state, restored["key"], counters["env_steps"], counters["credit"]),
     )
-    carry = loop.with_learner(carry, restored["learner"])
-    _record_resume(run_path, spec, settings, int(step), previous_total, skipped)
+    carry = loop.with_learner(carry, learner.replicate(restored["learner"]))
+    if group.main:
+        _record_resume(run_path, spec, settings, int(step), previous_total, skipped)
     return loop, carry, int(counters["games"]), int(meta["env_steps"])
+
+
+def _common_step(run_path: Path, group: Any) -> int:
+    """The newest checkpoint step that every process of ``group`` completed (process 0 reads
+    their folders and tells the others): the processes are in lockstep, so a kill leaves them
+    at most one checkpoint apart, and each keeps two."""
+    from zoo.checkpoint import CheckpointError, complete_steps
+
+    step = -1
+    if group.main:
+        common = None
+        for folder in group.process_dirs(run_path):
+            steps = set(complete_steps(RunDir(folder).checkpoints))
+            common = steps if common is None else common & steps
+        step = max(common) if common else -1
+    step = int(group.broadcast(step))
+    if step < 0:
+        raise CheckpointError(
+            f"no checkpoint step is complete in every process's folder of {run_path}"
+        )
+    return step
 
 
 def _set_aside(run_path: Path, steps: list[int], checkpointer: Any) -> None:

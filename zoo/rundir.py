@@ -370,6 +370,12 @@ class RunSettings(BaseModel):
     max_lag: int = Field(
         1, ge=1, le=1000, description="async: the most updates the actor's parameters trail"
     )
+    processes: int = Field(
+        1,
+        ge=1,
+        description="processes training together with jax.distributed (zoo.distributed), each "
+        "with num_envs environments and a replay shard of capacity / processes",
+    )
 
 
 class RunSettingsError(ValueError):

@@ -199,6 +199,11 @@ class AsyncDriver:
     name = "async"
 
     def __init__(self, loop: Loop):
+        if loop.learner.num_processes > 1:
+            raise ValueError(
+                "the asynchronous driver runs in one process (its learner devices are this "
+                "process's); across processes use the host driver (zoo.distributed)"
+            )
         self.loop = loop
         self.placement = loop.placement or Placement.choose()
         self.max_lag = int(loop.max_lag)

@@ -39,6 +39,11 @@ class CompiledDriver:
     name = "compiled"
 
     def __init__(self, loop: Loop):
+        if not loop.learner.traceable:
+            raise ValueError(
+                "the compiled driver runs the update inside lax.scan, which a learner over "
+                "several processes cannot (zoo.distributed); use the host driver"
+            )
         self.loop = loop
         self._chunk = async_jit(
             lambda length, carry, handle, done: self._scan(carry, handle, done, length),

@@ -57,7 +57,9 @@ class HostDriver:
         self.insert = async_jit(loop.insert, donate_argnums=(1,))
         self.act = async_jit(self._act)
         self.sample = async_jit(loop.learn_step.sample, donate_argnums=(0,))
-        self.update = async_jit(loop.learn_step.update)
+        # a learner over several processes assembles global arrays itself (not traceable)
+        update = loop.learn_step.update
+        self.update = async_jit(update) if loop.learner.traceable else update
         # the host's mirror of the carry's counters (synchronised by first_act)
         self._env_steps = 0
         self._credit = 0.0
@@ -101,7 +103,7 @@ class HostDriver:
             ts, carry.replay, carry.pending, carry.env_steps, carry.credit
         )
         carry = dataclasses.replace(carry, replay=replay, env_steps=env_steps, credit=credit)
-        self._env_steps += self.loop.num_envs
+        self._env_steps += self.loop.step_transitions
         self._credit = credit_rule.earn(self._env_steps, self._credit)
         while credit_rule.due(self._credit):
             carry = self.learn(carry)

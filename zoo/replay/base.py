@@ -161,7 +161,10 @@ class Replay(abc.ABC):
         """
         from zoo.learn import LearnStep, UpdateCredit  # zoo.learn imports the replay
 
-        return LearnStep(learner, self, spec.replay.batch_size), UpdateCredit(spec, num_envs)
+        # over P processes (zoo.distributed) every vector step brings the run P × N
+        # transitions; each process samples its share of the batch from its own shard
+        transitions = num_envs * learner.num_processes
+        return LearnStep(learner, self, spec.replay.batch_size), UpdateCredit(spec, transitions)
 
     def nbytes(self) -> int:
         """Exact bytes :meth:`init` allocates, computed from shapes without allocating."""
