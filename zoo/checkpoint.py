@@ -295,6 +295,41 @@ ocp.args.register_with_handler(ArrayFilesHandler, for_save=True)(ArrayFilesSave)
 ocp.args.register_with_handler(ArrayFilesHandler, for_restore=True)(ArrayFilesRestore)
 
 
+def _own_process() -> Any:
+    """Orbax's multiprocessing options for a folder this process writes alone: over several
+    processes (:mod:`zoo.distributed`) each keeps its own checkpoints, as the primary and only
+    process of its manager (by default Orbax lets process 0 alone create folders and write JSON,
+    and waits for every process at each save)."""
+    if jax.process_count() == 1:
+        return ocp.options.MultiprocessingOptions()
+    k = jax.process_index()
+    return ocp.options.MultiprocessingOptions(
+        primary_host=k, active_processes={k}, barrier_sync_key_prefix=f"zoo-process-{k}"
+    )
+
+
+class MetadataHandler(ocp.JsonCheckpointHandler):
+    """Orbax's JSON handler for a checkpoint's metadata, written by the process that owns the
+    folder (:func:`_own_process`); the files are Orbax's own JSON item."""
+
+    def __init__(self) -> None:
+        super().__init__(multiprocessing_options=_own_process())
+
+
+@dataclasses.dataclass
+class MetadataSave(ocp.args.JsonSave):
+    """Save args of :class:`MetadataHandler`."""
+
+
+@dataclasses.dataclass
+class MetadataRestore(ocp.args.JsonRestore):
+    """Restore args of :class:`MetadataHandler`."""
+
+
+ocp.args.register_with_handler(MetadataHandler, for_save=True)(MetadataSave)
+ocp.args.register_with_handler(MetadataHandler, for_restore=True)(MetadataRestore)
+
+
 def _check_structure(where: str, template: list[tuple[str, Any]], stored: dict[str, Any]) -> None:
     """One line naming the first difference between the run's state and the checkpoint's."""
     names = [n for n, _ in template]
@@ -417,22 +452,11 @@ class Checkpointer:
             raise CheckpointError(
                 _describe_os_error(e, "creating the checkpoint folder", self.directory)
             ) from None
-        # over several processes (zoo.distributed) each writes its own folder alone: it is
-        # the primary and only process of its manager (Orbax otherwise lets process 0 alone
-        # create folders and waits for every process at each save)
-        k = jax.process_index()
-        multiprocessing = (
-            ocp.options.MultiprocessingOptions(
-                primary_host=k, active_processes={k}, barrier_sync_key_prefix=f"zoo-process-{k}"
-            )
-            if jax.process_count() > 1
-            else ocp.options.MultiprocessingOptions()
-        )
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             create=jax.process_count() == 1,  # the folder exists (made above)
             enable_async_checkpointing=False,
-            multiprocessing_options=multiprocessing,
+            multiprocessing_options=_own_process(),
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
@@ -461,7 +485,7 @@ class Checkpointer:
         items = {
             name: ArrayFilesSave(tree, chunk_bytes=self.chunk_bytes) for name, tree in state.items()
         }
-        args = ocp.args.Composite(**items, metadata=ocp.args.JsonSave(dict(metadata or {})))
+        args = ocp.args.Composite(**items, metadata=MetadataSave(dict(metadata or {})))
         try:
             self._manager.save(step, args=args, force=True)
             self._manager.wait_until_finished()
@@ -507,7 +531,7 @@ class Checkpointer:
                 )
         try:
             restored = self._manager.restore(
-                step, args=ocp.args.Composite(**items, metadata=ocp.args.JsonRestore())
+                step, args=ocp.args.Composite(**items, metadata=MetadataRestore())
             )
         except CheckpointError:
             raise

@@ -217,7 +217,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if result.interrupted:
         print(
             f"interrupted at env step {result.env_steps:,} (checkpoint saved there). "
-            f"Continue with: zoo train --resume {result.run_dir}",
+            f"Continue with: zoo train --resume {result.run_dir}"
+            + (
+                " on every process, with --num-processes, --process-id and --coordinator"
+                if args.num_processes not in (None, 1)
+                else ""
+            ),
             file=sys.stderr,
         )
         return 130
