@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.checkpoint import complete_steps
-from zoo.rundir import RunRefusedError, read_history, read_jsonl
+from zoo.rundir import RunRefusedError, complete_steps, read_history, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 1_600

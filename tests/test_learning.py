@@ -134,3 +134,71 @@ def test_preset_solves_cartpole_with_the_async_driver(preset, tmp_path):
             break
     passed = [s for s, r in outcomes.items() if r >= THRESHOLD]
     assert len(passed) >= 2, f"{preset}: best evaluation per seed {outcomes} (budget {budget})"
+
+
+# ------------------------------------------------------------------- across two processes
+#
+# The same criterion for dqn trained by two ``zoo train`` processes joined by jax.distributed
+# (zoo.distributed; gloo on CPU): each steps one environment into its half of the replay, the
+# update is data-parallel over both, and the run counts both processes' transitions against the
+# same budget. On a 2-core machine the pair runs CartPole at 40-60 env steps/s (a collective
+# per update on a tiny network), up to 30 minutes per seed: ``heavy``, recorded in
+# docs/performance.md.
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+@pytest.mark.timeout(4 * 3600)
+def test_dqn_solves_cartpole_over_two_processes(tmp_path):
+    preset = "dqn_cartpole"
+    budget = BUDGETS[preset]
+    outcomes: dict[int, float] = {}
+    for seed in SEEDS:
+        run = tmp_path / f"seed{seed}"
+        port = free_port()
+        args = [
+            preset, "--seed", str(seed), "--steps", str(budget), "--run-dir", str(run),
+            "--eval-every", "2500", "--eval-episodes", "10", "--checkpoint-every", str(budget),
+            "--stop-at-return", str(THRESHOLD), "--progress", "off", "--num-processes", "2",
+            "--coordinator", f"127.0.0.1:{port}",
+        ]  # fmt: skip
+        pair = [
+            subprocess.Popen(
+                [sys.executable, "-m", "zoo.cli", "train", *args, "--process-id", str(k)],
+                cwd=tmp_path,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for k in (0, 1)
+        ]
+        try:
+            for p in pair:
+                _, err = p.communicate(timeout=3600)
+                assert p.returncode == 0, err[-3000:]
+        finally:
+            for p in pair:
+                if p.poll() is None:
+                    p.kill()
+        # both processes end with the same learner, to the byte
+        last = sorted(int(d.name) for d in (run / "checkpoints").iterdir() if d.name.isdigit())[-1]
+        mine, theirs = (
+            sorted((f / "checkpoints" / str(last) / "learner").glob("*.npy"))
+            for f in (run, run / "processes" / "1")
+        )
+        assert [a.read_bytes() for a in mine] == [b.read_bytes() for b in theirs]
+        outcomes[seed] = max(e["mean_return"] for e in read_jsonl(run / "eval.jsonl"))
+        passed = sum(r >= THRESHOLD for r in outcomes.values())
+        if passed >= 2 or len(outcomes) - passed >= 2:
+            break
+    passed = [s for s, r in outcomes.items() if r >= THRESHOLD]
+    assert len(passed) >= 2, f"{preset}: best evaluation per seed {outcomes} (budget {budget})"

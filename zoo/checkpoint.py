@@ -52,7 +52,6 @@ __all__ = [
     "Checkpointer",
     "Chunk",
     "chunk_plan",
-    "complete_steps",
     "flatten_arrays",
     "unflatten_arrays",
 ]
@@ -417,16 +416,6 @@ def _describe_os_error(error: OSError, action: str, where: Path) -> str:
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"permission denied while {action} in {where}"
     return f"{action} in {where} failed: {error}"
-
-
-def complete_steps(directory: str | os.PathLike[str]) -> list[int]:
-    """Steps of the complete checkpoints in ``directory``, oldest first, read without opening a
-    manager there (another process may own it): Orbax writes a checkpoint under a temporary
-    name and renames it to its step once complete."""
-    folder = Path(directory)
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
 
 
 class Checkpointer:

@@ -979,9 +979,7 @@ def _default_run_dir(spec: AlgorithmSpec, settings: RunSettings) -> Path:
 
 def _checkpoint_steps(run_path: Path) -> list[int]:
     """Steps of the complete checkpoints on disk, read without Orbax."""
-    from zoo.checkpoint import complete_steps
-
-    return complete_steps(RunDir(run_path).checkpoints)
+    return rundir.complete_steps(RunDir(run_path).checkpoints)
 
 
 def _describe_run(run_path: Path) -> str:
@@ -1642,13 +1640,13 @@ def _common_step(run_path: Path, group: Any) -> int:
     """The newest checkpoint step that every process of ``group`` completed (process 0 reads
     their folders and tells the others): the processes are in lockstep, so a kill leaves them
     at most one checkpoint apart, and each keeps two."""
-    from zoo.checkpoint import CheckpointError, complete_steps
+    from zoo.checkpoint import CheckpointError
 
     step = -1
     if group.main:
         common = None
         for folder in group.process_dirs(run_path):
-            steps = set(complete_steps(RunDir(folder).checkpoints))
+            steps = set(rundir.complete_steps(RunDir(folder).checkpoints))
             common = steps if common is None else common & steps
         step = max(common) if common else -1
     step = int(group.broadcast(step))

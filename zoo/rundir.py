@@ -52,6 +52,7 @@ __all__ = [
     "RunSettingsError",
     "append_history",
     "classify",
+    "complete_steps",
     "creation_record",
     "describe_differences",
     "read_history",
@@ -320,6 +321,16 @@ def describe_differences(
 
 # --------------------------------------------------------------------------------------------
 # Layout and records
+
+
+def complete_steps(directory: str | os.PathLike[str]) -> list[int]:
+    """Steps of the complete checkpoints in ``directory``, oldest first, read without opening a
+    manager there (another process may own it): Orbax writes a checkpoint under a temporary
+    name and renames it to its step once complete."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
 
 
 class RunSettings(BaseModel):
