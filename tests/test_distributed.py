@@ -184,7 +184,22 @@ def test_bad_process_groups_are_refused_before_anything_starts(kwargs, message, 
     assert not (tmp_path / "x").exists()
 
 
-def test_process_group_variables_must_be_numbers(monkeypatch):
+def test_process_group_variables_must_be_numbers(monkeypatch, capsys, tmp_path):
+    from zoo.cli import main
+
     monkeypatch.setenv("ZOO_NUM_PROCESSES", "two")
-    with pytest.raises(RunRefusedError, match="ZOO_NUM_PROCESSES must be a whole number"):
-        zoo.train("dqn_cartpole", run_dir="x")
+    assert main(["train", "dqn_cartpole", "--run-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "--num-processes / ZOO_NUM_PROCESSES must be a whole number, got 'two'" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_cli_reads_the_group_from_zoo_variables(monkeypatch, capsys, tmp_path):
+    # the variables stand in for the flags: two processes and no coordinator is refused as
+    # the flags would be, before anything starts
+    from zoo.cli import main
+
+    monkeypatch.setenv("ZOO_NUM_PROCESSES", "2")
+    monkeypatch.setenv("ZOO_PROCESS_ID", "1")
+    assert main(["train", "dqn_cartpole", "--run-dir", str(tmp_path / "x")]) == 2
+    assert "2 processes need a coordinator" in capsys.readouterr().err

@@ -179,6 +179,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.algorithm is None and args.resume is None:
         print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
         return EXIT_SPEC_ERROR
+    from zoo import distributed
+
+    try:
+        # the ZOO_* variables stand in for the flags not given
+        group = distributed.requested(args.coordinator, args.num_processes, args.process_id)
+    except ValueError as e:
+        print(f"zoo train: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
     try:
         result = train(
             args.algorithm,
@@ -202,9 +210,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
             actor_devices=args.actor_devices,
             learner_devices=args.learner_devices,
             max_lag=args.max_lag,
-            coordinator=args.coordinator,
-            num_processes=args.num_processes,
-            process_id=args.process_id,
+            coordinator=group.coordinator,
+            num_processes=group.num_processes,
+            process_id=group.process_id,
+            distributed=args.distributed,
             on_start=lambda path: print(f"run directory: {path}", file=sys.stderr),
         )
     except RunRefusedError as e:
@@ -220,7 +229,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             f"Continue with: zoo train --resume {result.run_dir}"
             + (
                 " on every process, with --num-processes, --process-id and --coordinator"
-                if args.num_processes not in (None, 1)
+                if group.given and group.num_processes != 1
                 else ""
             ),
             file=sys.stderr,
@@ -703,6 +712,12 @@ def _parser() -> argparse.ArgumentParser:
         "--process-id",
         type=int,
         help="this process's index, 0 owning the run directory (default: $ZOO_PROCESS_ID)",
+    )
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join the process group JAX detects from the cluster's environment (SLURM, Open "
+        "MPI, Kubernetes, Cloud TPU), with the three flags above where given",
     )
     _progress_option(p)
     p.set_defaults(func=_cmd_train)

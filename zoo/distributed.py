@@ -121,15 +121,25 @@ class ProcessGroup:
 
 @dataclasses.dataclass(frozen=True)
 class JoinRequest:
-    """How to join a process group (``None``: from the environment)."""
+    """How to join a process group.
+
+    Attributes:
+      coordinator, num_processes, process_id: what is known (``None``: JAX detects it from
+        the cluster's environment).
+      detect: join even when none of them is given, from what JAX detects (``zoo train
+        --distributed`` under SLURM, Open MPI, Kubernetes or on Cloud TPU).
+    """
 
     coordinator: str | None = None
     num_processes: int | None = None
     process_id: int | None = None
+    detect: bool = False
 
     @property
     def given(self) -> bool:
-        return any(v is not None for v in dataclasses.astuple(self))
+        """Whether to join a group at all."""
+        known = (self.coordinator, self.num_processes, self.process_id)
+        return self.detect or any(v is not None for v in known)
 
 
 def requested(
@@ -137,8 +147,10 @@ def requested(
     num_processes: int | None = None,
     process_id: int | None = None,
     environ: Any = None,
+    detect: bool = False,
 ) -> JoinRequest:
-    """What to join: the flags given, else the ``ZOO_*`` variables (see the module docstring).
+    """What to join: the values given, else the ``ZOO_*`` variables of ``environ`` (default:
+    ``os.environ``; ``zoo train`` reads them, :func:`zoo.train` reads only its arguments).
 
     Raises:
       ValueError: a variable that is not a whole number.
@@ -163,6 +175,7 @@ def requested(
             process_id if process_id is not None else environ.get(ENV_PROCESS_ID),
             "--process-id / " + ENV_PROCESS_ID,
         ),
+        detect=detect,
     )
 
 
@@ -198,6 +211,10 @@ def join(request: JoinRequest | None = None) -> ProcessGroup:
         jax.distributed.initialize(
             coordinator_address=request.coordinator, num_processes=n, process_id=k
         )
-    except RuntimeError as e:
-        raise ValueError(f"cannot join the process group: {e}") from None
+    except (RuntimeError, ValueError) as e:
+        # e.g. JAX already running, or no cluster detected and nothing given
+        raise ValueError(
+            f"cannot join the process group: {str(e).splitlines()[0] if str(e) else e!r}; "
+            "give --coordinator, --num-processes and --process-id (or the ZOO_* variables)"
+        ) from None
     return ProcessGroup.current()

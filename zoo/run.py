@@ -357,6 +357,7 @@ class TrainRequest:
     coordinator: str | None = None
     num_processes: int | None = None
     process_id: int | None = None
+    distributed: bool = False
     progress: bool = True
     on_start: Callable[[Path], None] | None = None
 
@@ -451,6 +452,7 @@ def train(
     coordinator: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
+    distributed: bool = False,
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
 ) -> RunResult:
@@ -492,10 +494,11 @@ def train(
       max_lag: with ``loop="async"``: the most updates the actor's parameters may trail the
         learner's (default 1).
       coordinator, num_processes, process_id: train as one of several processes joined by
-        ``jax.distributed`` (:mod:`zoo.distributed`; default: the ``ZOO_COORDINATOR``,
-        ``ZOO_NUM_PROCESSES`` and ``ZOO_PROCESS_ID`` variables, else one process). Every
-        process is started with the same arguments (and a ``run_dir``); process 0 owns the run
-        directory. Must be called before JAX has started in this process.
+        ``jax.distributed`` (:mod:`zoo.distributed`; default: one process). Every process is
+        started with the same arguments (and a ``run_dir``); process 0 owns the run directory.
+        Must be called before JAX has started in this process.
+      distributed: join the process group JAX detects from the cluster's environment (SLURM,
+        Open MPI, ...), with whichever of the three values above are given.
       progress: show the progress line on a terminal.
       on_start: called with the run directory once it exists (tests use it).
 
@@ -535,6 +538,7 @@ def train(
         coordinator=coordinator,
         num_processes=num_processes,
         process_id=process_id,
+        distributed=distributed,
         progress=progress,
         on_start=on_start,
     )
@@ -569,8 +573,13 @@ def _join(request: TrainRequest) -> Any:
     from zoo import distributed
 
     try:
+        # the Python API joins only when asked in its arguments (zoo train reads ZOO_*)
         asked = distributed.requested(
-            request.coordinator, request.num_processes, request.process_id
+            request.coordinator,
+            request.num_processes,
+            request.process_id,
+            environ={},
+            detect=request.distributed,
         )
     except ValueError as e:
         raise RunRefusedError(str(e)) from None
