@@ -165,6 +165,30 @@ def test_two_processes_train_one_run_stop_together_survive_kill_9_and_resume(tmp
     assert not read_jsonl(run / "processes" / "1" / "eval.jsonl")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_processes_train_with_the_asynchronous_driver(tmp_path):
+    # each process: an actor thread on its virtual CPU device 0, the learner on device 1, the
+    # update data-parallel over both processes' learner devices
+    run = tmp_path / "run"
+    port = free_port()
+    flags = ["--steps", "600", "--checkpoint-every", "300", "--eval-every", "600"]
+    pair = [start(run, k, port, "dqn_cartpole", *FLAGS, *flags, "--loop", "async") for k in (0, 1)]
+    said = finish(pair)
+    assert "actor on cpu:0, learner on cpu:1" in said[0]
+    assert "data-parallel over 2 devices of 2 processes" in said[1]
+    folders = [run, run / "processes" / "1"]
+    states = [learner_files(f, 600) for f in folders]
+    assert states[0] and states[0] == states[1]
+    for folder in folders:
+        records = read_jsonl(folder / "metrics.jsonl")
+        assert {r["loop"] for r in records} == {"async"}
+        assert all(r["async_max_lag"] <= r["async_max_lag_bound"] == 1 for r in records)
+        assert all(r["async_ratio_gap"] <= r["async_ratio_tolerance"] for r in records)
+        assert records[-1]["env_steps"] == 600
+        assert records[-1]["updates"] == (600 - 100) // 2 + 1
+
+
 GROUP = {"num_processes": 2, "process_id": 0, "coordinator": "h:1", "run_dir": "x"}
 
 
@@ -174,8 +198,7 @@ GROUP = {"num_processes": 2, "process_id": 0, "coordinator": "h:1", "run_dir": "
         ({**GROUP, "coordinator": None}, "need a coordinator"),
         ({**GROUP, "run_dir": None}, "needs --run-dir"),
         ({**GROUP, "process_id": 3}, "--process-id must be from 0 to 1"),
-        ({**GROUP, "loop": "async"}, "uses the host driver"),
-        ({**GROUP, "loop": "compiled"}, "uses the host driver"),
+        ({**GROUP, "loop": "compiled"}, "uses --loop host or async"),
     ],
 )
 def test_bad_process_groups_are_refused_before_anything_starts(kwargs, message, tmp_path):

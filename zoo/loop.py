@@ -272,7 +272,9 @@ class Loop:
             device = self.placement.learner[0]
             with jax.default_device(device):
                 carry = self._init(learner_state, key)
-            return jax.device_put(carry, device)
+            # a learner state replicated over processes (zoo.distributed) stays where it is
+            local = jax.device_put(dataclasses.replace(carry, learner=None), device)
+            return dataclasses.replace(local, learner=carry.learner)
         return self._init(learner_state, key)
 
     def _init(self, learner_state: LearnerState, key: jax.Array) -> LoopCarry:

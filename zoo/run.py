@@ -595,11 +595,16 @@ def _join(request: TrainRequest) -> Any:
             "--restart is for one process; a run over several that stopped before its first "
             "checkpoint is started again in a new --run-dir"
         )
-    if request.loop not in (None, "auto", "host"):
+    if request.loop == "compiled":
         raise RunRefusedError(
-            f"--loop {request.loop} runs in one process; a run over several processes uses the "
-            "host driver (--loop host)"
+            "--loop compiled runs the update inside lax.scan, which a learner over several "
+            "processes cannot; a run over several processes uses --loop host or async"
         )
+    loop = request.loop
+    if request.resume is not None and loop is None:
+        with contextlib.suppress(RunSettingsError, OSError):
+            loop = _read_settings(Path(request.resume)).loop
+    _request_devices(loop)  # before JAX starts, as joining must be
     try:
         return distributed.join(asked)
     except ValueError as e:
@@ -1414,6 +1419,14 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, group: Any 
     from zoo.networks import build_network
 
     several = group is not None and group.several
+    if several and settings.loop == "async":
+        placement = _placement(settings)
+        learner = DataParallelLearner(spec, devices=_across_processes(placement.learner))
+        _say(
+            f"asynchronous driver, process {group.process_id} of {group.num_processes}: "
+            f"{placement.describe()}; the update runs data-parallel over "
+            f"{len(learner.devices)} devices of {group.num_processes} processes"
+        )
     if several:
         # each process keeps its shard of the replay: capacity / P transitions
         shard = spec.replay.model_copy(
@@ -1441,15 +1454,16 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, group: Any 
         raise RunRefusedError(str(e)) from None
     _check_memory(replay.nbytes(), network_bytes, spec)
     if several:
-        # every process's devices: gradients averaged over all of them
-        learner = DataParallelLearner(spec, devices=jax.devices())
+        if settings.loop != "async":
+            # every process's devices: gradients averaged over all of them
+            learner = DataParallelLearner(spec, devices=jax.devices())
+            _say(
+                f"process {group.process_id} of {group.num_processes}: the update runs "
+                f"data-parallel over {len(learner.devices)} devices of {group.num_processes} "
+                "processes (zoo.distributed)"
+            )
         # the processes' actors and samplers draw apart; the networks start identical
         k_run = jax.random.fold_in(k_run, group.process_id)
-        _say(
-            f"process {group.process_id} of {group.num_processes}: the update runs "
-            f"data-parallel over {len(learner.devices)} devices of {group.num_processes} "
-            "processes (zoo.distributed)"
-        )
         return network, learner, replay, learner.init(network, k_learner), k_run, core
     if settings.loop == "async":
         placement = _placement(settings)
@@ -1524,7 +1538,11 @@ def _run(
 
     group = group or ProcessGroup()
     own = group.own_dir(run_path)
-    loop_path = "host" if group.several else _loop_path(settings.loop, env_obj)
+    loop_path = (
+        ("async" if settings.loop == "async" else "host")
+        if group.several
+        else _loop_path(settings.loop, env_obj)
+    )
     try:
         checkpointer = Checkpointer(RunDir(own).checkpoints)
     except CheckpointError as e:
@@ -1846,6 +1864,18 @@ def _request_devices(loop: str | None) -> None:
         from zoo.drivers.asynchronous import request_cpu_devices
 
         request_cpu_devices(ASYNC_CPU_DEVICES)
+
+
+def _across_processes(local: tuple[Any, ...]) -> list[Any]:
+    """The devices at the indices of ``local`` in ``jax.local_devices()``, on every process
+    (each process places its learner alike): the mesh of a learner over processes."""
+    import jax
+
+    indices = [jax.local_devices().index(d) for d in local]
+    by_process: dict[int, list[Any]] = {}
+    for device in sorted(jax.devices(), key=lambda d: d.id):
+        by_process.setdefault(device.process_index, []).append(device)
+    return [by_process[p][i] for p in sorted(by_process) for i in indices]
 
 
 def _placement(settings: RunSettings) -> Any:

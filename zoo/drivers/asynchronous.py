@@ -199,17 +199,13 @@ class AsyncDriver:
     name = "async"
 
     def __init__(self, loop: Loop):
-        if loop.learner.num_processes > 1:
-            raise ValueError(
-                "the asynchronous driver runs in one process (its learner devices are this "
-                "process's); across processes use the host driver (zoo.distributed)"
-            )
         self.loop = loop
         self.placement = loop.placement or Placement.choose()
         self.max_lag = int(loop.max_lag)
         if self.max_lag < 1:
             raise ValueError(f"max_lag must be at least 1, got {self.max_lag}")
-        n, period = loop.num_envs, loop.credit.period
+        # transitions of the run per vector step (P × N over P processes, zoo.distributed)
+        n, period = loop.step_transitions, loop.credit.period
         self.queue_steps = int(loop.queue_steps or max(2, math.ceil(period / n)))
         # the queue, the step in the actor's hands and the one being consumed (each n
         # transitions), and the credit below one update that the rule carries over
@@ -217,8 +213,13 @@ class AsyncDriver:
         self.act = async_jit(self._act)
         self.insert = async_jit(loop.insert, donate_argnums=(1,))
         self.sample = async_jit(loop.learn_step.sample, donate_argnums=(0,))
-        self.update = async_jit(loop.learn_step.update)
         learner = loop.learner
+        # a learner over processes assembles its global arrays itself (not traceable): its
+        # state is global, the rest of the learn carry this process's
+        self._processes = learner.num_processes > 1
+        self.update = async_jit(loop.learn_step.update) if learner.traceable else (
+            loop.learn_step.update
+        )  # fmt: skip
         self._mesh = learner.mesh if isinstance(learner, DataParallelLearner) else None
         self.shared: _Shared | None = None
         self.total = 0
@@ -230,8 +231,9 @@ class AsyncDriver:
         return jax.device_put(tree, self.placement.learner[0])
 
     def _replicated(self, tree: Any) -> Any:
-        """``tree`` where the update reads it: replicated over the learner's mesh."""
-        if self._mesh is None:
+        """``tree`` where the update reads it: replicated over the learner's mesh (over
+        processes, the update's inputs besides its state are this process's)."""
+        if self._mesh is None or self._processes:
             return self._to_learner(tree)
         return jax.device_put(tree, self._shardings()[1])
 
@@ -254,7 +256,7 @@ class AsyncDriver:
         return self.sample(replay_state, deferred, key)
 
     def _update(self, learner_state: Any, batch: Any, info: Any, sums: Any, count: Any) -> Any:
-        if self._mesh is not None:
+        if self._mesh is not None and not self._processes:
             split, replicated = self._shardings()
             batch, info = jax.device_put((batch, info), (split, replicated))
         return self.update(learner_state, batch, info, sums, count)
@@ -273,7 +275,7 @@ class AsyncDriver:
         self, shared: _Shared, steps: queue.Queue, pending: Any, actions: Any, key: Any, core: Any
     ) -> None:
         """The actor thread: step, act with the newest parameters, hand the step over."""
-        env, n, device = self.loop.env, self.loop.num_envs, self.placement.actor
+        env, n, device = self.loop.env, self.loop.step_transitions, self.placement.actor
         learner = self.placement.learner[0]
         params, params_updates = None, None
         try:
@@ -304,10 +306,10 @@ class AsyncDriver:
 
     # -------------------------------------------------------------------------- learner
 
-    @staticmethod
-    def _publish(shared: _Shared, learned: tuple[Any, Any]) -> None:
+    def _publish(self, shared: _Shared, learned: tuple[Any, Any]) -> None:
         """Publish an update's online network for the actor, once it is computed."""
         learner_state, loss = learned
+        learner_state = self.loop.learner.unreplicate(learner_state)  # this process's copy
         jax.block_until_ready(learner_state.online)
         shared.params = learner_state.online
         shared.report = np.asarray(_jit_report(learner_state.updates, loss))
@@ -317,7 +319,7 @@ class AsyncDriver:
         """The learner's state and the replay on the learner's devices."""
         learning = carry.learning()
         learning = learning._replace(
-            learner=self._replicated(learning.learner),
+            learner=learning.learner if self._processes else self._replicated(learning.learner),
             key=self._to_learner(learning.key),
             deferred=self._to_learner(learning.deferred),
             metric_sums=self._replicated(learning.metric_sums),
@@ -335,7 +337,7 @@ class AsyncDriver:
         self, carry: LoopCarry, actions: Any, trainer: Trainer, interrupted: list[bool]
     ) -> LoopCarry:
         """Train with an actor thread until the budget, a stop or a signal."""
-        credit_rule, n = self.loop.credit, self.loop.num_envs
+        credit_rule, n = self.loop.credit, self.loop.step_transitions
         self.total = trainer.settings.total_env_steps
         carry = self._place(carry)
         env_steps, credit = int(carry.env_steps), float(carry.credit)
