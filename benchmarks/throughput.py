@@ -152,12 +152,15 @@ def _rss() -> dict[str, float]:
 
 
 def _windowed_rate(records: list[dict[str, Any]], start: int) -> tuple[float, float]:
-    """Env steps/s and updates/s between the first record at or after ``start`` and the last.
+    """Env steps/s and updates/s between the first record after ``start`` and the last.
 
     Training records carry rates since the run started; the elapsed time of each record is
-    ``env_steps / env_steps_per_s``, so the window's rate needs no timestamps.
+    ``env_steps / env_steps_per_s``, so the window's rate needs no timestamps. The record *at*
+    ``start`` is written before that step's checkpoint (a trainer logs, then evaluates, then
+    checkpoints), so a window starting there would time the checkpoint too (a 1M Atari replay:
+    6.6 GB written): the window starts at the next record.
     """
-    rows = [r for r in records if r["env_steps"] >= start and r.get("env_steps_per_s")]
+    rows = [r for r in records if r["env_steps"] > start and r.get("env_steps_per_s")]
     if len(rows) < 2:
         raise RuntimeError(f"need two training records after env step {start}; got {len(rows)}")
     a, b = rows[0], rows[-1]
