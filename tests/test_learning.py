@@ -41,6 +41,18 @@ BUDGETS = {
 }
 
 
+def decided(outcomes: dict[int, float]) -> bool:
+    """Whether the seeds tried so far settle the criterion (two passed, or two failed)."""
+    passed = sum(r >= THRESHOLD for r in outcomes.values())
+    return passed >= 2 or len(outcomes) - passed >= 2
+
+
+def assert_criterion(preset: str, outcomes: dict[int, float], budget: int) -> None:
+    """At least 2 of the seeds tried reached the threshold."""
+    passed = [s for s, r in outcomes.items() if r >= THRESHOLD]
+    assert len(passed) >= 2, f"{preset}: best evaluation per seed {outcomes} (budget {budget})"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("preset", sorted(BUDGETS))
@@ -62,12 +74,9 @@ def test_preset_solves_cartpole(preset, tmp_path):
         )
         returns = [e["mean_return"] for e in read_jsonl(run / "eval.jsonl")]
         outcomes[seed] = max(returns)
-        passed = sum(r >= THRESHOLD for r in outcomes.values())
-        failed = len(outcomes) - passed
-        if passed >= 2 or failed >= 2:
+        if decided(outcomes):
             break
-    passed = [s for s, r in outcomes.items() if r >= THRESHOLD]
-    assert len(passed) >= 2, f"{preset}: best evaluation per seed {outcomes} (budget {budget})"
+    assert_criterion(preset, outcomes, budget)
 
 
 # ---------------------------------------------------------------- the asynchronous driver
@@ -129,11 +138,9 @@ def test_preset_solves_cartpole_with_the_async_driver(preset, tmp_path):
         assert all(r["async_max_lag"] <= 1 for r in records)
         assert all(r["async_ratio_gap"] <= r["async_ratio_tolerance"] for r in records)
         outcomes[seed] = max(e["mean_return"] for e in read_jsonl(run / "eval.jsonl"))
-        passed = sum(r >= THRESHOLD for r in outcomes.values())
-        if passed >= 2 or len(outcomes) - passed >= 2:
+        if decided(outcomes):
             break
-    passed = [s for s, r in outcomes.items() if r >= THRESHOLD]
-    assert len(passed) >= 2, f"{preset}: best evaluation per seed {outcomes} (budget {budget})"
+    assert_criterion(preset, outcomes, budget)
 
 
 # ------------------------------------------------------------------- across two processes
@@ -197,8 +204,6 @@ def test_dqn_solves_cartpole_over_two_processes(tmp_path):
         )
         assert [a.read_bytes() for a in mine] == [b.read_bytes() for b in theirs]
         outcomes[seed] = max(e["mean_return"] for e in read_jsonl(run / "eval.jsonl"))
-        passed = sum(r >= THRESHOLD for r in outcomes.values())
-        if passed >= 2 or len(outcomes) - passed >= 2:
+        if decided(outcomes):
             break
-    passed = [s for s, r in outcomes.items() if r >= THRESHOLD]
-    assert len(passed) >= 2, f"{preset}: best evaluation per seed {outcomes} (budget {budget})"
+    assert_criterion(preset, outcomes, budget)

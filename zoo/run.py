@@ -678,10 +678,7 @@ def _train_in_group(request: TrainRequest, group: Any) -> RunResult:
         spec = _recorded_spec(run_path, created, "resume")
         _check_processes(run_path, settings, group.num_processes)
         own = group.own_dir(run_path)
-        try:
-            own.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise RunError(f"cannot write {own}: {e.strerror or e}") from None
+        _make_dir(own)
         lock = rundir.RunLock(own).acquire()
     try:
         if group.main and request.on_start is not None:
@@ -1062,10 +1059,7 @@ def _create_run_dir(
             )
         if state == "run":
             _refuse_existing_run(path)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise RunError(f"cannot write the run directory {path}: {e.strerror or e}") from None
+        _make_dir(path)
     lock = rundir.RunLock(path).acquire()
     try:
         state = rundir.classify(path)  # again, under the lock: another process may have won
@@ -1080,6 +1074,14 @@ def _create_run_dir(
         lock.release()
         raise
     return path, lock
+
+
+def _make_dir(path: Path) -> None:
+    """Create ``path`` (and its parents), or :class:`RunError` saying why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunError(f"cannot write the run directory {path}: {e.strerror or e}") from None
 
 
 def _write_settings(run: RunDir, settings: RunSettings) -> None:
