@@ -1417,18 +1417,9 @@ def plan_memory(
 def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, group: Any = None):
     import jax
 
-    from zoo.learner import DataParallelLearner, Learner, learner_for_devices
     from zoo.networks import build_network
 
     several = group is not None and group.several
-    if several and settings.loop == "async":
-        placement = _placement(settings)
-        learner = DataParallelLearner(spec, devices=_across_processes(placement.learner))
-        _say(
-            f"asynchronous driver, process {group.process_id} of {group.num_processes}: "
-            f"{placement.describe()}; the update runs data-parallel over "
-            f"{len(learner.devices)} devices of {group.num_processes} processes"
-        )
     if several:
         # each process keeps its shard of the replay: capacity / P transitions
         shard = spec.replay.model_copy(
@@ -1455,36 +1446,54 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, group: Any 
     except ValueError as e:  # a layout the replay cannot hold (capacity per env too small)
         raise RunRefusedError(str(e)) from None
     _check_memory(replay.nbytes(), network_bytes, spec)
+    learner = _learner(spec, settings, group)
     if several:
-        if settings.loop != "async":
-            # every process's devices: gradients averaged over all of them
-            learner = DataParallelLearner(spec, devices=jax.devices())
-            _say(
-                f"process {group.process_id} of {group.num_processes}: the update runs "
-                f"data-parallel over {len(learner.devices)} devices of {group.num_processes} "
-                "processes (zoo.distributed)"
-            )
         # the processes' actors and samplers draw apart; the networks start identical
         k_run = jax.random.fold_in(k_run, group.process_id)
-        return network, learner, replay, learner.init(network, k_learner), k_run, core
+    return network, learner, replay, learner.init(network, k_learner), k_run, core
+
+
+def _learner(spec: AlgorithmSpec, settings: RunSettings, group: Any) -> Any:
+    """The run's learner, said in one line where it is not a plain one-device update: over the
+    asynchronous driver's learner devices (on every process of a group), over every process's
+    devices, or over this host's local devices."""
+    import jax
+
+    from zoo.learner import DataParallelLearner, Learner, learner_for_devices
+
+    several = group is not None and group.several
+    where = f"process {group.process_id} of {group.num_processes}: " if several else ""
     if settings.loop == "async":
         placement = _placement(settings)
-        learner = (
-            DataParallelLearner(spec, devices=list(placement.learner))
-            if len(placement.learner) > 1
-            else Learner(spec)
-        )
-    else:
-        learner = learner_for_devices(spec)
-    if settings.loop == "async":
+        devices = _across_processes(placement.learner) if several else list(placement.learner)
+        learner = DataParallelLearner(spec, devices=devices) if len(devices) > 1 else Learner(spec)
         shared = " (one device: acting and learning share it and do not overlap)"
-        _say(f"asynchronous driver: {placement.describe()}" + (shared if placement.shared else ""))
-    elif isinstance(learner, DataParallelLearner):
+        _say(
+            f"asynchronous driver: {where}{placement.describe()}"
+            + (shared if placement.shared else "")
+            + (
+                f"; the update runs data-parallel over {len(devices)} devices of "
+                f"{group.num_processes} processes"
+                if several
+                else ""
+            )
+        )
+        return learner
+    if several:
+        # every process's devices: gradients averaged over all of them
+        learner = DataParallelLearner(spec, devices=jax.devices())
+        _say(
+            f"{where}the update runs data-parallel over {len(learner.devices)} devices of "
+            f"{group.num_processes} processes (zoo.distributed)"
+        )
+        return learner
+    learner = learner_for_devices(spec)
+    if isinstance(learner, DataParallelLearner):
         _say(
             f"the update runs data-parallel over {learner.num_devices} local devices "
             "(zoo.learner.DataParallelLearner); the environments step on the host"
         )
-    return network, learner, replay, learner.init(network, k_learner), k_run, core
+    return learner
 
 
 def replay_for_env(spec: AlgorithmSpec, env: Any, core_state: Any = None) -> Any:
