@@ -151,24 +151,6 @@ def _rss() -> dict[str, float]:
     return {"rss_gib": out["VmRSS"], "peak_rss_gib": out["VmHWM"]}
 
 
-def _windowed_rate(records: list[dict[str, Any]], start: int) -> tuple[float, float]:
-    """Env steps/s and updates/s between the first record after ``start`` and the last.
-
-    Training records carry rates since the run started; the elapsed time of each record is
-    ``env_steps / env_steps_per_s``, so the window's rate needs no timestamps. The record *at*
-    ``start`` is written before that step's checkpoint (a trainer logs, then evaluates, then
-    checkpoints), so a window starting there would time the checkpoint too (a 1M Atari replay:
-    6.6 GB written): the window starts at the next record.
-    """
-    rows = [r for r in records if r["env_steps"] > start and r.get("env_steps_per_s")]
-    if len(rows) < 2:
-        raise RuntimeError(f"need two training records after env step {start}; got {len(rows)}")
-    a, b = rows[0], rows[-1]
-    ta = a["env_steps"] / a["env_steps_per_s"]
-    tb = b["env_steps"] / b["env_steps_per_s"]
-    return (b["env_steps"] - a["env_steps"]) / (tb - ta), (b["updates"] - a["updates"]) / (tb - ta)
-
-
 def _train_window(
     env_id: str,
     num_envs: int | None,
@@ -187,7 +169,7 @@ def _train_window(
     checkpoints, resume); the checkpoint lands outside the timed window.
     """
     import zoo
-    from zoo.metrics import read_jsonl
+    from zoo.metrics import read_jsonl, windowed_rate
 
     log_every = window // 4
     total = warmup + window
@@ -219,7 +201,7 @@ def _train_window(
             )
             out["resumed_to"] = resumed.env_steps
             out["replay_nbytes"] = _replay_nbytes(env_id, num_envs, overrides)
-    rate, updates = _windowed_rate(records, warmup)
+    rate, updates = windowed_rate(records, warmup)
     out.update(env_steps_per_s=rate, updates_per_s=updates)
     return out
 

@@ -30,6 +30,7 @@ from zoo.metrics import (
     ProgressMode,
     ProgressModeError,
     format_duration,
+    windowed_rate,
 )
 
 PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)
@@ -87,6 +88,19 @@ def test_format_duration() -> None:
         "2h04m",
         "?",
     ]
+
+
+def test_windowed_rate_recovers_each_records_time_from_its_since_start_rate() -> None:
+    # times 10 s, 10 s, 20 s after the session started (env_steps / env_steps_per_s)
+    records = [
+        {"env_steps": 100, "env_steps_per_s": 10.0, "updates": 0},
+        {"env_steps": 200, "env_steps_per_s": 20.0, "updates": 50},
+        {"env_steps": 400, "env_steps_per_s": 20.0, "updates": 150},
+    ]
+    assert windowed_rate(records) == (30.0, 15.0)  # 300 steps, 150 updates over 10 s
+    assert windowed_rate(records, start=100) == (20.0, 10.0)  # the record at start is skipped
+    with pytest.raises(ValueError, match="need two training records after env step 200"):
+        windowed_rate(records, start=200)
 
 
 # ------------------------------------------------------------------------ training progress

@@ -34,6 +34,7 @@ __all__ = [
     "format_duration",
     "read_jsonl",
     "truncate_jsonl",
+    "windowed_rate",
 ]
 
 
@@ -61,6 +62,27 @@ def truncate_jsonl(path: str | os.PathLike[str], env_steps: int) -> int:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return len(kept)
+
+
+def windowed_rate(records: list[dict[str, Any]], start: int = 0) -> tuple[float, float]:
+    """Env steps/s and updates/s between the first training record after ``start`` and the last.
+
+    A training record's rates are since its session started (compile included); its elapsed time
+    is ``env_steps / env_steps_per_s``, so a window's rate needs no timestamps. A record *at*
+    ``start`` is written before that step's checkpoint (a trainer logs, then evaluates, then
+    checkpoints), so a window starting there would time the checkpoint too (a 1M Atari replay:
+    6.6 GB written): the window starts at the next record. Records of one session only (a
+    resume restarts the rates).
+
+    Raises:
+      ValueError: fewer than two training records after ``start``.
+    """
+    rows = [r for r in records if r["env_steps"] > start and r.get("env_steps_per_s")]
+    if len(rows) < 2:
+        raise ValueError(f"need two training records after env step {start}; got {len(rows)}")
+    a, b = rows[0], rows[-1]
+    seconds = b["env_steps"] / b["env_steps_per_s"] - a["env_steps"] / a["env_steps_per_s"]
+    return (b["env_steps"] - a["env_steps"]) / seconds, (b["updates"] - a["updates"]) / seconds
 
 
 class JsonlWriter:

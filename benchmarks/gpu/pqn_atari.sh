@@ -24,21 +24,15 @@ for loop in compiled host; do
   echo "$loop rc=$? after $(( $(date +%s) - s ))s"
   cp "$R/$loop/metrics.jsonl" "$OUT/$loop-metrics.jsonl" 2>/dev/null
   $PY - "$R/$loop/metrics.jsonl" "$loop" <<'EOF'
-import json, sys
+import sys
 from pathlib import Path
+from zoo.metrics import read_jsonl, windowed_rate
 path, loop = Path(sys.argv[1]), sys.argv[2]
-rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-# each record's rate is since the run started, so its time is env_steps / rate (as
-# benchmarks/throughput.py's window): the rate from the first record (compile behind it) to the last
-rows = [r for r in rows if r.get("env_steps_per_s")]
-if len(rows) >= 2:
-    a, b = rows[0], rows[-1]
-    seconds = b["env_steps"] / b["env_steps_per_s"] - a["env_steps"] / a["env_steps_per_s"]
-    rate = (b["env_steps"] - a["env_steps"]) / seconds
-    print(f"{loop}: {rate:,.0f} env steps/s from agent step {a['env_steps']:,} to "
-          f"{b['env_steps']:,} ({seconds:.0f} s; compile and warm-up before the first record)")
-else:
-    print(f"{loop}: fewer than two training records ({len(rows)}): no rate")
+try:  # from the first training record (compile and warm-up behind it) to the last
+    rate, _ = windowed_rate(read_jsonl(path) if path.is_file() else [])
+    print(f"{loop}: {rate:,.0f} env steps/s")
+except ValueError as e:
+    print(f"{loop}: no rate ({e})")
 EOF
 done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv 2>&1 | tail -1
