@@ -180,7 +180,7 @@ class LossSpec(Model):
         None, gt=0, description="entropy temperature τ; required by `soft` and `munchausen`"
     )
     munchausen: Munchausen | None = Field(
-        None, description="null | {alpha, clip_min}: Munchausen bonus on the first reward"
+        None, description="null | {alpha, clip_min, policy}: Munchausen bonus on the first reward"
     )
     td: _Td = Field(
         default_factory=lambda: SquaredTd(),

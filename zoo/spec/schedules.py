@@ -38,8 +38,7 @@ class LinearSchedule(Component):
 
 
 class ExponentialSchedule(Component):
-    """``start · rate^(step/steps)``, clipped at ``end``; with ``asymptote``,
-    ``end + (start − end) · rate^(step/steps)``."""
+    """``start·rate^(t/steps)`` clipped at ``end``, or ``end + (start − end)·rate^(t/steps)``."""
 
     kind: Literal["exponential"] = "exponential"
     start: float = Field(description="value at step 0")
