@@ -48,7 +48,7 @@ def exponential(config: ExponentialSchedule) -> ScheduleFn:
     ``end + (start − end) · rate^(step / steps)``."""
     start, rate, steps, end = float(config.start), float(config.rate), config.steps, config.end
 
-    if getattr(config, "asymptote", False):
+    if config.asymptote:
         gap = start - float(end)
 
         def toward(step: jnp.ndarray | int) -> jnp.ndarray:
