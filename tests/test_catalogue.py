@@ -150,3 +150,32 @@ def test_target_updates_on_its_period_and_polyak_mixes():
         lambda a, b: bool(jnp.allclose(a, b, atol=1e-7)), expected, params(new.target)
     )
     assert all(jax.tree.leaves(close))
+
+
+@pytest.mark.parametrize("name", ["mdqn", "r2d2"])
+def test_munchausen_online_policy_reads_the_online_network(name):
+    """``loss.munchausen.policy: online`` on single transitions and on sequences: with the online
+    network as the target the two settings give the same loss (deterministic q heads, the same
+    stored state), with another target network they differ; only the bonus moved."""
+    munchausen = {"loss.bootstrap": "soft", "loss.temperature": 0.03, "loss.munchausen": {}}
+    specs = {
+        policy: zoo.load_algorithm(
+            small_spec(name),
+            overrides={**munchausen, "loss.munchausen.policy": policy, "loss.reward_clip": None},
+        )
+        for policy in ("target", "online")
+    }
+    online = zoo.build_network(
+        specs["target"], observation_shape=OBS, num_actions=ACTIONS, key=jax.random.key(0)
+    )
+    other = zoo.build_network(
+        specs["target"], observation_shape=OBS, num_actions=ACTIONS, key=jax.random.key(1)
+    )
+    batch = random_batch(specs["target"], online, seed=3)
+
+    def loss(policy, target):
+        value, _ = zoo.build_loss(specs[policy])(online, target, batch, jax.random.key(2))
+        return float(value)
+
+    assert loss("online", online) == pytest.approx(loss("target", online), rel=1e-6)
+    assert abs(loss("online", other) - loss("target", other)) > 1e-4 * abs(loss("target", other))

@@ -112,6 +112,30 @@ def test_schedules():
     np.testing.assert_allclose(jax.jit(linear)(jnp.int32(100)), 0.55, rtol=1e-6)
 
 
+def test_exponential_schedule_with_asymptote_is_the_per_step_recurrence():
+    """``asymptote: true`` is the closed form of Beyond The Rainbow's per-transition update
+    ε ← max(ε − (ε − ε_final)/S, ε_final) (VIPTankz/BeyondTheRainbowICML@67ce0fd Agent.py
+    EpsilonGreedy.update_eps) with rate (1 − 1/S)^S over S steps: iterated here in float64."""
+    start, final, period = 1.0, 0.01, 1000
+    rate = (1.0 - 1.0 / period) ** period
+    config = ExponentialSchedule(start=start, rate=rate, steps=period, end=final, asymptote=True)
+    fn = build_schedule(config)
+    eps, expected = start, {}
+    for t in range(6001):
+        if t in (0, 1, 10, 999, 1000, 2500, 6000):
+            expected[t] = eps
+        eps = max(eps - (eps - final) / period, final)
+    got = {t: float(fn(t)) for t in expected}
+    np.testing.assert_allclose(list(got.values()), list(expected.values()), rtol=2e-6)
+    # the corner of the clipped form is gone: it would be start·rate^(t/S) = 0.3677 at t = S
+    # where the recurrence gives 0.01 + 0.99·0.3677 = 0.3740
+    clipped = build_schedule(ExponentialSchedule(start=start, rate=rate, steps=period, end=final))
+    assert abs(float(clipped(period)) - expected[period]) > 5e-3
+    np.testing.assert_allclose(float(jax.jit(fn)(jnp.int32(2500))), expected[2500], rtol=2e-6)
+    with pytest.raises(ValueError, match="asymptote"):
+        ExponentialSchedule(start=1.0, rate=0.5, steps=10, asymptote=True)
+
+
 def test_n_step_targets_match_rlax():
     rng = np.random.default_rng(0)
     length, n = 9, 4

@@ -756,3 +756,59 @@ def test_impala_options_are_validated_by_the_spec():
     ):
         with pytest.raises(zoo.spec.SpecError, match=match):
             zoo.load_algorithm("dqn", overrides={"network.torso": {"kind": "impala_cnn", **bad}})
+
+
+def test_btr_preset_network_has_btrs_shapes_and_parameter_count():
+    """The ``btr`` preset's network, traced only (no compile): BTR's ImpalaCNNLargeIQN (VIPTankz/
+    BeyondTheRainbowICML@5ee23db networks.py) on 4×84×84 frames with 18 actions has, counted
+    layer by layer as PyTorch holds them (a noisy layer: μ and σ of weights and biases; spectral
+    norm keeps the raw weight as its parameter), 5,278,918 parameters; every role gives 8
+    quantiles per action."""
+    import zoo
+    from zoo import spec as spec_lib
+    from zoo.networks.network import apply_batch
+
+    spec = spec_lib.algorithm_for(zoo.load_preset("btr"))
+    actions, model_size, linear, ncos = 18, 2, 512, 64
+    net = eqx.filter_eval_shape(
+        zoo.build_network,
+        spec,
+        observation_shape=(4, 84, 84),
+        num_actions=actions,
+        key=jax.random.key(0),
+    )
+
+    def conv(c_in, c_out):  # 3×3 with bias
+        return c_in * c_out * 9 + c_out
+
+    def stack(c_in, c_out):  # conv, then two residual blocks of two convolutions
+        return conv(c_in, c_out) + 4 * conv(c_out, c_out)
+
+    def noisy(n_in, n_out):  # weight_mu, weight_sigma, bias_mu, bias_sigma
+        return 2 * (n_in * n_out + n_out)
+
+    c1, c2, c3 = 16 * model_size, 32 * model_size, 32 * model_size
+    features = 1152 * model_size  # networks.py conv_out_size for maxpool_size 6
+    expected = (
+        stack(4, c1)
+        + stack(c1, c2)
+        + stack(c2, c3)
+        + (ncos * features + features)  # cos_embedding, an nn.Linear
+        + noisy(features, linear)
+        + noisy(linear, 1)  # value stream
+        + noisy(features, linear)
+        + noisy(linear, actions)  # advantage stream
+    )
+    assert expected == 5_278_918
+    shapes = [x for x in jax.tree.leaves(net) if isinstance(x, jax.ShapeDtypeStruct)]
+    assert sum(int(np.prod(x.shape)) for x in shapes) == expected
+    single = jax.ShapeDtypeStruct((4, 84, 84), jnp.float32)
+    torso_out = eqx.filter_eval_shape(lambda t, o: t(o), net.torso, single)
+    assert torso_out.shape == (features,)
+    frames = jax.ShapeDtypeStruct((2, 4, 84, 84), jnp.float32)
+    for role in ("act", "learn", "bootstrap"):
+        out = eqx.filter_eval_shape(
+            lambda n, o, r=role: apply_batch(n, o, jax.random.key(0), role=r), net, frames
+        )
+        assert out.q_values.shape == (2, actions)
+        assert out.quantiles.shape == (2, actions, 8) and out.taus.shape == (2, 8)

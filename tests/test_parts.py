@@ -116,6 +116,20 @@ def test_actor_epsilon_is_the_schedule_over_transitions():
     assert actor.initial_state is None
 
 
+def test_actor_epsilon_is_zero_from_epsilon_off_after():
+    """``schedule.epsilon_off_after``: the schedule's ε before it, 0 from it on (and the
+    schedule alone where it is null)."""
+    overrides = {"schedule.epsilon": {"kind": "linear", "start": 1.0, "end": 0.5, "steps": 100}}
+    spec = zoo.load_algorithm("dqn", overrides={**overrides, "schedule.epsilon_off_after": 80})
+    actor = Actor(spec, num_envs=4, num_actions=2)
+    assert [float(actor.epsilon(t)) for t in (0, 50, 79)] == pytest.approx([1.0, 0.75, 0.605])
+    assert [float(actor.epsilon(t)) for t in (80, 81, 10**6)] == [0.0, 0.0, 0.0]
+    assert float(jax.jit(actor.epsilon)(jnp.int32(79))) == pytest.approx(0.605)
+    assert float(jax.jit(actor.epsilon)(jnp.int32(80))) == 0.0
+    plain = Actor(zoo.load_algorithm("dqn", overrides=overrides), num_envs=4, num_actions=2)
+    assert float(plain.epsilon(80)) == pytest.approx(0.6)
+
+
 def test_actor_resets_recurrent_state_at_a_game_start():
     spec = zoo.load_algorithm("r2d2", overrides={"network.core.size": 4})
     net = zoo.build_network(spec, observation_shape=(3,), num_actions=2, key=jax.random.PRNGKey(0))

@@ -11,6 +11,7 @@ Spec-level only (no JAX compiles): networks are built under ``eqx.filter_eval_sh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -27,6 +28,9 @@ DQN_ZOO = "deepmind/dqn_zoo@f87bb1f1 dqn_zoo"
 DOPAMINE_DQN = "google/dopamine dopamine/jax/agents/dqn/configs/dqn.gin"
 RR = "JohanSamir/revisiting_rainbow revisiting_rainbow/Configs"
 FQF = "microsoft/FQF@0980bde dopamine/agents/fqf"
+BTR = "VIPTankz/BeyondTheRainbowICML"
+BTR_MAIN, BTR_AGENT = f"{BTR}@0e08f8b main.py", f"{BTR}@67ce0fd Agent.py"
+BTR_NETWORKS, BTR_PER = f"{BTR}@5ee23db networks.py", f"{BTR}@5ee23db PER.py"
 
 #: preset -> {dotted field path of the resolved algorithm: (published value, where it was checked)}
 PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
@@ -266,6 +270,55 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "schedule.epsilon.steps": (1_000_000, f"{FQF}/configs/fqf.gin epsilon_decay_period"),
         "schedule.eval_epsilon": (0.001, f"{FQF}/configs/fqf.gin epsilon_eval"),
     },
+    "btr": {
+        "network.torso.kind": ("impala_cnn", f"{BTR_MAIN} impala 1"),
+        "network.torso.channels": ([16, 32, 32], f"{BTR_NETWORKS} ImpalaCNNLargeIQN 16, 32, 32"),
+        "network.torso.width": (2, f"{BTR_MAIN} model_size"),
+        "network.torso.pool": ([6, 6], f"{BTR_MAIN} maxpool 1, maxpool_size 6"),
+        "network.torso.spectral_norm": (True, f"{BTR_MAIN} spectral 1"),
+        "network.hidden": ([512], f"{BTR_MAIN} linear_size"),
+        "network.dueling": (True, f"{BTR_MAIN} dueling 1"),
+        "network.noisy": (True, f"{BTR_MAIN} noisy 1"),
+        "network.noisy_sigma0": (0.5, f"{BTR_NETWORKS} FactorizedNoisyLinear sigma_0"),
+        "network.init": ("default", f"{BTR_NETWORKS} PyTorch's default init"),
+        "network.head.kind": ("iqn", f"{BTR_MAIN} iqn 1"),
+        "network.head.num_cosines": (64, f"{BTR_MAIN} ncos"),
+        "network.head.num_samples": (8, f"{BTR_MAIN} taus"),
+        "network.head.num_target_samples": (8, f"{BTR_MAIN} taus (the target net's pass)"),
+        "network.head.num_policy_samples": (8, f"{BTR_MAIN} taus (qvals: their mean)"),
+        "loss.bootstrap.kind": ("soft", f"{BTR_AGENT} learn_call π = softmax(q_t_n/τ)"),
+        "loss.temperature": (0.03, f"{BTR_AGENT} entropy_tau"),
+        "loss.munchausen.alpha": (0.9, f"{BTR_AGENT} munch_alpha"),
+        "loss.munchausen.clip_min": (-1.0, f"{BTR_AGENT} lo"),
+        "loss.munchausen.policy": ("online", f"{BTR_AGENT} self.net.qvals(states)"),
+        "loss.td.kind": ("huber", f"{BTR_AGENT} calculate_huber_loss"),
+        "loss.td.delta": (1.0, f"{BTR_AGENT} calculate_huber_loss(td_error, 1.0)"),
+        "loss.discount": (0.997, f"{BTR_MAIN} discount"),
+        "loss.n_step": (3, f"{BTR_AGENT} n"),
+        "loss.importance_exponent.value": (0.2, f"{BTR_PER} weights (capacity·probs)^-alpha"),
+        "replay.kind": ("prioritized", f"{BTR_MAIN} per 1"),
+        "replay.capacity": (1_048_576, f"{BTR_AGENT} max_mem_size"),
+        "replay.min_size": (200_000, f"{BTR_AGENT} min_sampling_size"),
+        "replay.batch_size": (256, f"{BTR_MAIN} bs"),
+        "replay.priority_exponent": (0.2, f"{BTR_AGENT} per_alpha"),
+        "optimizer.kind": ("adam", f"{BTR_AGENT} optim.Adam"),
+        "optimizer.learning_rate.value": (1e-4, f"{BTR_MAIN} lr"),
+        "optimizer.eps": (0.005 / 256, f"{BTR_AGENT} eps=0.005/batch_size"),
+        "optimizer.max_grad_norm": (10.0, f"{BTR_AGENT} grad_clip"),
+        "schedule.update_period": (64, f"{BTR_MAIN} envs 64, one learn() per vector step, rr 1"),
+        "schedule.target_update_period": (500, f"{BTR_MAIN} c"),
+        "schedule.epsilon.kind": ("exponential", f"{BTR_AGENT} EpsilonGreedy.update_eps"),
+        "schedule.epsilon.asymptote": (True, f"{BTR_AGENT} eps − (eps − eps_final)/steps"),
+        "schedule.epsilon.start": (1.0, f"{BTR_AGENT} eps_start"),
+        "schedule.epsilon.end": (0.01, f"{BTR_AGENT} eps_final"),
+        "schedule.epsilon.steps": (2_000_000, f"{BTR_AGENT} eps_steps"),
+        "schedule.epsilon.rate": (
+            math.exp(2e6 * math.log1p(-1 / 2e6)),  # (1 − 1/2e6)^2e6 without rounding 1 − 1/2e6
+            f"{BTR_AGENT} (1 − 1/eps_steps) per transition",
+        ),
+        "schedule.epsilon_off_after": (25_000_000, f"{BTR_AGENT} total_frames / 2, eps_disable"),
+        "schedule.eval_epsilon": (0.01, f"{BTR_AGENT} choose_eval_action 0.01"),
+    },
     "mdqn_minatar": {
         "loss.temperature": (0.03, f"{RR}/dqn_<game>.gin tau"),
         "loss.munchausen.alpha": (0.9, f"{RR}/dqn_<game>.gin alpha"),
@@ -325,6 +378,7 @@ PAPER_PRESETS = [
     "r2d2",
     "der",
     "fqf",
+    "btr",
     "dqn_minatar",
     "c51_minatar",
     "qr_dqn_minatar",

@@ -22,6 +22,12 @@ The mutation tests change one detail of the oracle at a time (one τ draw for th
 the greedy action from the N′ target quantiles instead of K fractions of their own, midpoint
 fractions, the log-policy from the online network, no clip) and check that the project then no
 longer matches: the comparison can fail.
+
+``loss.munchausen.policy: online`` (Beyond The Rainbow's ``Agent.py``, VIPTankz/
+BeyondTheRainbowICML@67ce0fd, takes log π(a|s) from the online network's Q-values,
+``self.net.qvals(states)``, under ``no_grad``) is checked against the same oracle with
+``log_policy="online"``: π from the mean of the online quantiles the loss learns from at s,
+gradient stopped; and the target-network oracle must then disagree with it.
 """
 
 from __future__ import annotations
@@ -161,8 +167,11 @@ def oracle(
     taus: Fractions,
     munchausen: bool,
     mutation: str | None = None,
+    log_policy: str = "target",
 ) -> jax.Array:
-    """The reference loss (dqn_zoo's IQN, or M-IQN) given the fractions explicitly."""
+    """The reference loss (dqn_zoo's IQN, or M-IQN) given the fractions explicitly; with
+    ``log_policy="online"`` M-IQN's log π(a|s) is the softmax of the online network's mean
+    quantiles at s (the N learned fractions), gradient stopped."""
     dtype = batch.reward.dtype
     taus = Fractions(*(t.astype(dtype) for t in taus))
     tau_online = taus.online
@@ -180,8 +189,11 @@ def oracle(
         )
         return jnp.mean(losses)
     q_next = jnp.mean(selector, axis=1)  # [B, A]
-    net_s = online if mutation == "log_policy_from_online" else target
-    q_s = jnp.mean(_dist(net_s, batch.observation, taus.target_s_policy), axis=1)
+    if log_policy == "online":
+        q_s = jax.lax.stop_gradient(jnp.mean(dist_tm1, axis=1))
+    else:
+        net_s = online if mutation == "log_policy_from_online" else target
+        q_s = jnp.mean(_dist(net_s, batch.observation, taus.target_s_policy), axis=1)
     log_pi_s = HP.tau * jax.nn.log_softmax(q_s / HP.tau, axis=-1)
     bonus = jnp.take_along_axis(log_pi_s, batch.action[:, None], axis=-1)[:, 0]
     if mutation != "no_clip":
@@ -224,15 +236,23 @@ def to_float64(tree: Any) -> Any:
     )
 
 
+#: test entries that are a catalogue entry with an option set
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "m_iqn_online": ("m_iqn", {"loss.munchausen.policy": "online"}),
+}
+
+
 def spec_of(entry: str) -> Any:
     """The catalogue entry with this file's sample counts (the rest as the catalogue has it)."""
+    name, extra = VARIANTS.get(entry, (entry, {}))
     return zoo.load_algorithm(
-        entry,
+        name,
         overrides={
             "network.head.num_cosines": COSINES,
             "network.head.num_samples": N,
             "network.head.num_target_samples": N_PRIME,
             "network.head.num_policy_samples": K,
+            **extra,
         },
     )
 
@@ -244,12 +264,19 @@ class Answer(NamedTuple):
     grads: list[np.ndarray]
 
 
-def oracle_answer(online, target, batch, taus: Fractions, munchausen: bool, mutation=None):
+def oracle_answer(
+    online, target, batch, taus: Fractions, munchausen: bool, mutation=None, log_policy="target"
+):
     """The oracle in float64 on float64 copies (the fractions are float32 draws, cast)."""
     with jax.enable_x64(True):
         online64, target64, batch64 = to_float64((online, target, batch))
         fn = functools.partial(
-            oracle, target=target64, batch=batch64, taus=taus, munchausen=munchausen
+            oracle,
+            target=target64,
+            batch=batch64,
+            taus=taus,
+            munchausen=munchausen,
+            log_policy=log_policy,
         )
         value, grads = eqx.filter_value_and_grad(lambda n: fn(n, mutation=mutation))(online64)
         answer = Answer(float(value), [np.asarray(g) for g in jax.tree.leaves(grads)])
@@ -402,6 +429,38 @@ def test_check_fails_on_a_single_detail_change(entry: str, mutation: str, nets) 
     mutated = oracle_answer(online, target, batch, taus, munchausen, None if shared else mutation)
     got = project_answer(entry, online, target, batch, KEY)
     assert not close(got, mutated, 100 * TOLERANCE), f"{mutation}: {explain(got, mutated)}"
+
+
+def test_online_log_policy_matches_oracle(nets) -> None:
+    """``loss.munchausen.policy: online``: loss and gradient equal the float64 oracle's with
+    log π(a|s) from the online output at s, in float32 and float64; the bonus reaches both sides
+    of the clip."""
+    online, target = nets
+    batch = make_transitions(3)
+    taus = fractions(KEY, BATCH)
+    reference = oracle_answer(online, target, batch, taus, True, log_policy="online")
+    got = project_answer("m_iqn_online", online, target, batch, KEY)
+    assert close(got, reference, TOLERANCE), explain(got, reference)
+    got64 = project_answer("m_iqn_online", online, target, batch, KEY, float64=True)
+    assert close(got64, reference, FLOAT64_TOLERANCE), explain(got64, reference)
+    with jax.enable_x64(True):
+        online64, batch64 = to_float64((online, batch))
+        on = taus.online.astype(jnp.float64)
+        q_s = jnp.mean(jax.vmap(online64.quantiles)(batch64.observation, on), axis=-1)
+        log_pi = HP.tau * jax.nn.log_softmax(q_s / HP.tau, axis=-1)
+        raw = np.asarray(jnp.take_along_axis(log_pi, batch64.action[:, None], -1)[:, 0])
+    assert np.sum(raw < -1.01) >= 4 and np.sum(raw > -0.99) >= 4, raw
+
+
+@pytest.mark.parametrize(("entry", "log_policy"), [("m_iqn", "online"), ("m_iqn_online", "target")])
+def test_log_policy_network_is_told_apart(entry: str, log_policy: str, nets) -> None:
+    """The oracle of the other setting of ``loss.munchausen.policy`` disagrees with the project
+    by far more than the tolerance: each setting is checked, not the same loss twice."""
+    online, target = nets
+    batch = make_transitions(3)
+    other = oracle_answer(online, target, batch, fractions(KEY, BATCH), True, log_policy=log_policy)
+    got = project_answer(entry, online, target, batch, KEY)
+    assert not close(got, other, 100 * TOLERANCE), explain(got, other)
 
 
 def test_zoo_iqn_head_draws_per_example_and_by_role() -> None:

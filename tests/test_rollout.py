@@ -414,13 +414,18 @@ def test_resume_in_the_middle_of_a_rollout(tmp_path, save_replay):
     assert np.isfinite(records[-1]["loss"])
 
 
-@pytest.mark.parametrize("composition", ["munchausen", "double"])
+@pytest.mark.parametrize("composition", ["munchausen", "munchausen_online", "double"])
 def test_rollout_targets_compose_with_the_loss_axes(composition):
     """The rollout's targets read the same components as the loss: Munchausen's bonus and soft
-    bootstrap from the target network, or the double bootstrap (online selects, target
+    bootstrap from the target network (the bonus from the online one with
+    ``loss.munchausen.policy: online``), or the double bootstrap (online selects, target
     evaluates), with a target network that lags (two different networks here)."""
-    name = "munchausen_pqn" if composition == "munchausen" else "pqn"
-    extra = {} if composition == "munchausen" else {"loss.bootstrap": "double"}
+    name = "munchausen_pqn" if composition.startswith("munchausen") else "pqn"
+    extra = {
+        "munchausen": {},
+        "munchausen_online": {"loss.munchausen.policy": "online"},
+        "double": {"loss.bootstrap": "double"},
+    }[composition]
     spec = zoo.load_algorithm(name, overrides={**SMALL, **extra})
     online = zoo.build_network(
         spec, observation_shape=OBS, num_actions=ACTIONS, key=jax.random.key(8)
@@ -431,6 +436,8 @@ def test_rollout_targets_compose_with_the_loss_axes(composition):
     # wider action gaps, so that the Munchausen clip at −1 binds for some steps
     out = lambda net: net.streams.mlp.layers[-1].weight  # noqa: E731
     target = eqx.tree_at(out, target, out(target) * 6.0)
+    if composition == "munchausen_online":
+        online = eqx.tree_at(out, online, out(online) * 5.0)
     obs = jax.random.normal(jax.random.key(10), (T + 1, N, *OBS)) * 3
     rng = np.random.default_rng(2)
     action = rng.integers(0, ACTIONS, (T, N))
@@ -443,10 +450,11 @@ def test_rollout_targets_compose_with_the_loss_axes(composition):
     )  # fmt: skip
     q_online = np.asarray(jax.vmap(jax.vmap(online))(obs).q_values, np.float64)
     q_target = np.asarray(jax.vmap(jax.vmap(target))(obs).q_values, np.float64)
-    if composition == "munchausen":
+    if composition.startswith("munchausen"):
         tau, alpha = 0.03, 0.9
         z = q_target / tau
-        log_pi = z - z.max(-1, keepdims=True)
+        z_s = (q_online if composition == "munchausen_online" else q_target) / tau
+        log_pi = z_s - z_s.max(-1, keepdims=True)
         log_pi = log_pi - np.log(np.exp(log_pi).sum(-1, keepdims=True))
         chosen = np.take_along_axis(log_pi[:-1], action[..., None], -1)[..., 0]
         assert (tau * chosen < -1).any() and (tau * chosen > -1).any()  # both sides of the clip

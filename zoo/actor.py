@@ -7,8 +7,9 @@ waiting for the environment's answer. It never touches the replay or the learner
 inserts the pending step once the environment has answered (:mod:`zoo.loop`).
 
 - ε comes from ``schedule.epsilon`` over transitions inserted so far (Mnih et al. 2015 anneal it
-  linearly); noisy networks (Fortunato et al. 2018) carry ε = 0 in their specs and act greedily
-  on a fresh noise sample.
+  linearly), and is 0 from ``schedule.epsilon_off_after`` on where that is set; noisy networks
+  (Fortunato et al. 2018) carry ε = 0 in their specs and act greedily on a fresh noise sample
+  (Beyond The Rainbow keeps an ε beside them for half of its training).
 - Recurrent networks (Kapturowski et al. 2019) carry a core state per environment and reset it
   to the initial state at each game's first observation (``TimeStep.first``).
 
@@ -122,10 +123,15 @@ class Actor:
             )
         self._act = make_act(num_actions, self.recurrent, self.initial_state)
         self._epsilon = build_schedule(spec.schedule.epsilon)
+        self._epsilon_off_after = spec.schedule.epsilon_off_after
 
     def epsilon(self, env_steps: Any) -> jax.Array:
-        """ε after ``env_steps`` transitions (``schedule.epsilon``)."""
-        return self._epsilon(env_steps)
+        """ε after ``env_steps`` transitions (``schedule.epsilon``; 0 from
+        ``schedule.epsilon_off_after`` on)."""
+        epsilon = self._epsilon(env_steps)
+        if self._epsilon_off_after is None:
+            return epsilon
+        return jnp.where(jnp.asarray(env_steps) < self._epsilon_off_after, epsilon, 0.0)
 
     def nothing_pending(self, observation_shape: tuple[int, ...], dtype: Any) -> Pending:
         """A placeholder :class:`Pending` before the first observation (all zeros)."""

@@ -44,8 +44,18 @@ def linear(config: LinearSchedule) -> ScheduleFn:
 
 @registry.register("schedule", "exponential")
 def exponential(config: ExponentialSchedule) -> ScheduleFn:
-    """``start · rate^(step / steps)``, never past ``end``."""
+    """``start · rate^(step / steps)``, never past ``end``; with ``asymptote``,
+    ``end + (start − end) · rate^(step / steps)``."""
     start, rate, steps, end = float(config.start), float(config.rate), config.steps, config.end
+
+    if config.asymptote:
+        gap = start - float(end)
+
+        def toward(step: jnp.ndarray | int) -> jnp.ndarray:
+            factor = rate ** (jnp.asarray(step, jnp.float32) / steps)
+            return jnp.asarray(end + gap * factor, jnp.float32)
+
+        return toward
 
     def fn(step: jnp.ndarray | int) -> jnp.ndarray:
         value = start * rate ** (jnp.asarray(step, jnp.float32) / steps)

@@ -9,8 +9,9 @@ et al. 2019) or not (single, possibly n-step, transitions).
 The pipeline, per example (rlax style, vmapped over the batch):
 
 1. forward passes: online at s (with gradient), and, gradient stopped, online at s′ (double-Q
-   selector), target at s′ and target at s (the Munchausen log-policy); unused ones are removed
-   by XLA's dead-code elimination under ``jit``;
+   selector), target at s′ and target at s (the Munchausen log-policy, unless
+   ``loss.munchausen.policy`` is ``online``: then the online output at s, gradient stopped);
+   unused ones are removed by XLA's dead-code elimination under ``jit``;
 2. reward: clipped to ±``reward_clip`` (or not), plus the Munchausen bonus (or the neutral zero);
 3. bootstrap policy (π, shift) at s′ from the ``bootstrap`` component;
 4. the head loss (``head_loss`` axis): target h(r + d·Σπ(h⁻¹Z + shift)) and element loss;
@@ -150,6 +151,8 @@ class Loss:
             if loss.munchausen is not None
             else no_bonus
         )
+        #: whether the Munchausen log-policy at s comes from the online network's output
+        self._bonus_online = loss.munchausen is not None and loss.munchausen.policy == "online"
         clip = loss.reward_clip
         self._clip: Callable[[Array], Array] = (
             (lambda r: jnp.clip(r, -clip, clip)) if clip is not None else (lambda r: r)
@@ -199,7 +202,12 @@ class Loss:
         out_tm1 = _apply(online, batch.observation, k_online, "learn", axis)
         select_t = sg(_apply(online, batch.next_observation, k_select, "bootstrap", axis))
         out_t = sg(_apply(target, batch.next_observation, k_target, "bootstrap", axis))
-        target_tm1 = sg(_apply(target, batch.observation, k_target_tm1, "bootstrap", axis))
+        if self._bonus_online:
+            bonus_tm1 = sg(out_tm1.q_values)
+        else:
+            bonus_tm1 = sg(
+                _apply(target, batch.observation, k_target_tm1, "bootstrap", axis)
+            ).q_values
 
         def example(o_tm1, a_tm1, r, d, o_t, q_select_t, q_target_tm1):
             pi, shift = self._bootstrap.policy(q_select_t, o_t.q_values)
@@ -208,7 +216,7 @@ class Loss:
 
         d = batch.discount * self._discount
         item_loss, td = jax.vmap(example)(
-            out_tm1, batch.action, batch.reward, d, out_t, select_t.q_values, target_tm1.q_values
+            out_tm1, batch.action, batch.reward, d, out_t, select_t.q_values, bonus_tm1
         )
         mask = (
             jnp.ones_like(item_loss) if batch.mask is None else batch.mask.astype(item_loss.dtype)
@@ -270,7 +278,8 @@ class Loss:
 
         Returns:
           ``[T, N]`` targets (gradient stopped): rewards clipped as ``loss.reward_clip`` says,
-          plus the Munchausen bonus from the target network at each step where the spec has one,
+          plus the Munchausen bonus from the target network (the online one with
+          `loss.munchausen.policy: online`) at each step where the spec has one,
           bootstrapped with the bootstrap's value ``Σₐ π(a)·(h⁻¹(Q(o′, a)) + shift(a))`` of each
           next observation; Watkins' trace (``rollout.trace``) is cut after non-greedy actions.
         """
@@ -289,7 +298,8 @@ class Loss:
         q_select = values(online, k_online)  # removed under jit unless the bootstrap reads it
         pi, shift = jax.vmap(jax.vmap(self._bootstrap.policy))(q_select[1:], q_target[1:])
         value = jnp.sum(pi * (self._tx.apply_inv(q_target[1:]) + shift), axis=-1)
-        bonus = jax.vmap(jax.vmap(self._bonus))(q_target[:-1], action)
+        q_bonus = q_select if self._bonus_online else q_target
+        bonus = jax.vmap(jax.vmap(self._bonus))(q_bonus[:-1], action)
         lambda_ = jnp.full((steps, envs), rollout.td_lambda, jnp.float32)
         # λ_t weighs G_{t+1}: never into a step that is not a real continuation
         lambda_ = lambda_.at[:-1].multiply(valid[1:].astype(jnp.float32))
@@ -351,7 +361,8 @@ class Loss:
             out = _time_major_atoms(out, length)
             out_target = sg(_time_major_atoms(out_target, length))
             pi, shift = jax.vmap(self._bootstrap.policy)(sg(out.q_values), out_target.q_values)
-            bonus = jax.vmap(self._bonus)(out_target.q_values[:-1], actions[:-1])
+            q_bonus = sg(out.q_values) if self._bonus_online else out_target.q_values
+            bonus = jax.vmap(self._bonus)(q_bonus[:-1], actions[:-1])
             r = self._clip(rewards[:-1]) + bonus
             ret, gain, idx = n_step_targets(r, discounts[:-1] * self._discount, self._n_step)
             out_boot = jax.tree.map(lambda x: x[idx], out_target)

@@ -48,6 +48,13 @@ class ScheduleSpec(Model):
         default_factory=lambda: LinearSchedule(start=1.0, end=0.01, steps=250_000),
         description="ε-greedy exploration over transitions (noisy networks act greedily)",
     )
+    epsilon_off_after: int | None = Field(
+        None,
+        gt=0,
+        description="null | transitions from which ε is 0 whatever `epsilon` says, leaving "
+        "exploration to noisy layers (Beyond The Rainbow keeps ε-greedy beside its noisy "
+        "networks for the first half of training: 25M of its 50M transitions)",
+    )
     eval_epsilon: float | None = Field(
         None,
         ge=0,

@@ -57,13 +57,21 @@ class SoftBootstrap(Component):
 
 
 class Munchausen(Model):
-    """Munchausen bonus α·clip(τ·log π(a|s), clip_min, 0) added to the reward (Vieillard 2020)."""
+    """Munchausen bonus α·clip(τ·log π(a|s), clip_min, 0) added to the reward (Vieillard 2020);
+    π = softmax(q/τ) of the ``policy`` network at s."""
 
     alpha: float = Field(0.9, ge=0, le=1, description="Munchausen scaling α")
     clip_min: float = Field(
         -1.0,
         lt=0,
         description="lower clip of τ·log π (the paper's −1; Acme's dataclass default is −1e3)",
+    )
+    policy: Literal["target", "online"] = Field(
+        "target",
+        description="the network whose softmax at s gives log π(a|s): target (the paper's, "
+        "munchausen_rl's, Acme's) | online, gradient stopped (Beyond The Rainbow's Agent.py "
+        "takes it from the online network's Q-values); for a sampling head, the Q-values of "
+        "the online output the loss learns from",
     )
 
 
@@ -172,7 +180,7 @@ class LossSpec(Model):
         None, gt=0, description="entropy temperature τ; required by `soft` and `munchausen`"
     )
     munchausen: Munchausen | None = Field(
-        None, description="null | {alpha, clip_min}: Munchausen bonus on the first reward"
+        None, description="null | {alpha, clip_min, policy}: Munchausen bonus on the first reward"
     )
     td: _Td = Field(
         default_factory=lambda: SquaredTd(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from zoo.spec.base import Component, at, axis
 
@@ -38,13 +38,27 @@ class LinearSchedule(Component):
 
 
 class ExponentialSchedule(Component):
-    """``start · rate^(step/steps)``, clipped at ``end``."""
+    """``start·rate^(t/steps)`` clipped at ``end``, or ``end + (start − end)·rate^(t/steps)``."""
 
     kind: Literal["exponential"] = "exponential"
     start: float = Field(description="value at step 0")
     rate: float = Field(gt=0, description="factor applied every `steps` steps")
     steps: int = Field(gt=0, description="steps per factor `rate`")
     end: float | None = Field(None, description="bound the value never passes (null: none)")
+    asymptote: bool = Field(
+        False,
+        description="false: `start·rate^(step/steps)`, clipped at `end` | true: the distance to "
+        "`end` shrinks by `rate` every `steps` steps, `end + (start − end)·rate^(step/steps)`, "
+        "approaching `end` without a corner (Beyond The Rainbow's ε, updated per transition as "
+        "ε ← ε − (ε − ε_final)/eps_steps: rate (1 − 1/eps_steps)^eps_steps over eps_steps); "
+        "needs `end`",
+    )
+
+    @model_validator(mode="after")
+    def _asymptote_needs_end(self) -> ExponentialSchedule:
+        if self.asymptote and self.end is None:
+            raise ValueError("`asymptote: true` approaches `end`: give `end`")
+        return self
 
 
 _BuiltinSchedule = Union[ConstantSchedule, LinearSchedule, ExponentialSchedule]
