@@ -147,7 +147,8 @@ BUDGET = 8000
 FAST = ["--seeds", "2", "--frames", str(BUDGET), "--checkpoint-every", "500"]
 FAST += ["--eval-episodes", "2"]
 FAST += ["--eval-max-steps", "1000"]  # never binding here (2 CartPole games ≤ 1000 steps)
-KEYS = [f"{a}/CartPole-v1/seed{s}" for a in ("dqn_cartpole", "double_dqn_cartpole") for s in (0, 1)]
+# the matrix order: seed-major, then game, then the algorithms as given
+KEYS = [f"{a}/CartPole-v1/seed{s}" for s in (0, 1) for a in ("dqn_cartpole", "double_dqn_cartpole")]
 
 
 def _steps(run: Path) -> list[int]:
@@ -284,3 +285,30 @@ def test_no_trainer_outlives_its_bench_killed_or_terminated(tmp_path):
         assert _stops(run) == ["interrupted"] * stops
         assert 0 < _steps(run)[-1] < 200_000
     assert [e["event"] for e in _events(run)].count("resumed") == 1
+
+
+def test_matrix_is_seed_major_then_game_then_algorithm(tmp_path):
+    """A benchmark stopped part-way holds every algorithm on the same (game, seed) cells: the
+    planned order is seed 0 of each game (suite order) and algorithm (as given), then seed 1."""
+    from zoo.bench.plan import plan_bench
+    from zoo.bench.suites import get_suite
+
+    suite = get_suite("classic")
+    games = list(suite.games[:2])
+    tasks = plan_bench(
+        suite,
+        ["dqn_cartpole", "double_dqn_cartpole"],
+        seeds=2,
+        root=tmp_path / "b",
+        games=games[::-1],
+        frames=30_000,
+        log=lambda _: None,
+    )
+    order = [(t.target.seed, t.target.env, t.key.split("/")[0]) for t in tasks]
+    expected = [
+        (seed, game, algo)
+        for seed in (0, 1)
+        for game in games
+        for algo in ("dqn_cartpole", "double_dqn_cartpole")
+    ]
+    assert order == expected

@@ -132,7 +132,8 @@ def plan_bench(
       log: where notes go.
 
     Returns:
-      One :class:`BenchTask` per run, algorithm-major, in the suite's game order.
+      One :class:`BenchTask` per run, seed-major, then in the suite's game order, then the
+      algorithms in the order given.
 
     Raises:
       BenchError: anything that would stop a run, found before any starts (see the module).
@@ -226,4 +227,8 @@ def plan_bench(
                     have=have,
                 )
             )
-    return tasks
+    # seed-major, then the suite's game order, then the algorithms as given: a benchmark stopped
+    # part-way holds every algorithm on the same games and seeds, so its partial report compares
+    # like with like (sorted() is stable, so the algorithms keep their order within a cell)
+    rank = {game: i for i, game in enumerate(chosen)}
+    return sorted(tasks, key=lambda task: (task.target.seed, rank[task.target.env]))
