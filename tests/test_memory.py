@@ -118,3 +118,119 @@ def test_r2d2_preset_that_cannot_fit_is_refused_before_anything_starts(tmp_path:
     fit = int(err.split("--set replay.capacity=")[1].split()[0])
     assert 0 < fit < 4_000_000
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.yaml"))
+
+
+def test_plan_counts_the_update_working_memory():
+    # btr's measured working memory (3 GiB) beside a 1M Atari replay on a 12 GiB machine
+    replay = 1_000_000 * (84 * 84 + 4 + 4 + 4)
+    memory = MemoryPlan(replay, 1_000_000, available=12 * GIB, workspace_bytes=3 * GIB)
+    assert memory.peak == replay + 3 * GIB + RUN_OVERHEAD
+    assert memory.rest == 3 * GIB + RUN_OVERHEAD
+    assert not memory.fits
+    # room = 0.9 · 12 GiB − 1.5 GiB − 3 GiB = 6.3 GiB at 7,068 bytes per transition → 957,070
+    assert int((SAFETY * 12 * GIB - RUN_OVERHEAD - 3 * GIB) / (replay / 1_000_000)) == 957_070
+    assert memory.capacity_that_fits() == 950_000
+    message = memory.refusal()
+    assert "4.5 GiB for the rest of the run, 3.0 GiB of it the update's working memory" in message
+    assert "--set replay.capacity=950000" in message
+    # when not even an empty replay fits beside the update, the batch is what to lower
+    huge = MemoryPlan(GIB, 1000, available=4 * GIB, workspace_bytes=4 * GIB)
+    assert huge.capacity_that_fits() == 0
+    assert "lower replay.batch_size" in huge.refusal()
+
+
+_COMPILES: list[str] = []
+_LISTENING: list[bool] = []
+
+
+def _count_compiles(name: str, seconds: float, **kwargs: object) -> None:
+    if _LISTENING and "backend_compile" in name:
+        _COMPILES.append(name)
+
+
+def test_compile_update_measures_the_update_and_its_first_call_reuses_it():
+    """The host driver compiles the update before the replay exists and reports the compiled
+    program's working memory: what an independent compilation of the same update on real
+    arrays reports; the run's first update then compiles nothing; it grows with the batch."""
+    import equinox as eqx
+    import jax
+
+    import zoo
+    from zoo.envs import make
+    from zoo.learner import Learner
+    from zoo.loop import Loop
+    from zoo.replay import build_replay
+
+    jax.monitoring.register_event_duration_secs_listener(_count_compiles)
+    env = make("CartPole-v1", num_envs=1, seed=0)
+    base = zoo.spec.algorithm_for(zoo.load_preset("dqn_cartpole"))
+    workspaces = []
+    try:
+        for batch_size in (64, 512):
+            spec = zoo.load_algorithm(
+                base,
+                overrides={
+                    "replay.capacity": 1000,
+                    "replay.min_size": batch_size,
+                    "replay.batch_size": batch_size,
+                    "network.hidden": [256, 256],
+                },
+            )
+            net = zoo.build_network(
+                spec, observation_shape=env.observation_shape, num_actions=env.num_actions,
+                key=jax.random.PRNGKey(0),
+            )  # fmt: skip
+            replay = build_replay(
+                spec, num_envs=1, observation_shape=env.observation_shape,
+                observation_dtype=env.observation_dtype,
+            )  # fmt: skip
+            learner = Learner(spec)
+            loop = Loop(spec, env, learner, replay)
+            state, key = learner.init(net, jax.random.PRNGKey(1)), jax.random.PRNGKey(2)
+            workspace = loop.host.compile_update(state, key)
+
+            carry = loop.init(state, key)
+            _, _, batch, info = loop.host.sample(carry.replay, carry.deferred, carry.key)
+            args = (carry.learner, batch, info, carry.metric_sums, carry.metric_count)
+            _COMPILES.clear()
+            _LISTENING.append(True)
+            out = loop.host.update(*args)
+            jax.block_until_ready(out)
+            _LISTENING.clear()
+            assert _COMPILES == []  # the first real update ran the program compiled above
+            independent = eqx.filter_jit(loop.learn_step.update).lower(*args).compile().compiled
+            assert workspace == independent.memory_analysis().temp_size_in_bytes > 0
+            workspaces.append(workspace)
+    finally:
+        _LISTENING.clear()
+        env.close()
+    # 8× the batch: the activations the gradient keeps grow with it (the parameters' do not)
+    assert workspaces[1] > 4 * workspaces[0]
+
+
+@pytest.mark.skipif(
+    (MemoryPlan(0, 1).available or 0) > 70 * GIB, reason="an 80 GiB update fits on this machine"
+)
+def test_an_update_that_cannot_fit_is_refused_and_leaves_no_run(tmp_path: Path, capsys):
+    """A batch of 2^20 through two 4096-wide layers needs ~80 GiB of working memory: the run is
+    refused once its update is compiled, before the replay is allocated, naming the working
+    memory and the batch; the directory is left as it was, free for the corrected run."""
+    from zoo import cli, rundir
+
+    out = tmp_path / "run"
+    code = cli.main(
+        [
+            "train", "dqn_cartpole", "--loop", "host", "--steps", "1100000",
+            "--run-dir", str(out), "--set", "replay.batch_size=1048576",
+            "--set", "replay.min_size=1048576", "--set", "replay.capacity=1100000",
+            "--set", "network.hidden=[4096,4096]",
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    working = float(err.split(" GiB of it the update's working memory")[0].rsplit(", ", 1)[1])
+    # two [2^20, 4096] float32 activations are 16 GiB each; the gradient keeps them
+    assert working > 32
+    assert "lower replay.batch_size" in err
+    assert rundir.classify(out) in ("absent", "empty", "interrupted_creation")
+    assert not (out / "run.yaml").exists() and not (out / "history.jsonl").exists()

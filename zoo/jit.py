@@ -28,7 +28,8 @@ def async_jit(fn: Callable[..., Any], donate_argnums: Sequence[int] = ()) -> Cal
     donated (their buffers are reused for the outputs; do not use them after the call).
 
     Non-array leaves are static: a new value retraces, so pass changing numbers as arrays.
-    Keyword arguments are not supported (positional only, as the loop calls them).
+    Keyword arguments are not supported (positional only, as the loop calls them). The result's
+    ``lower(*args)`` lowers ahead of time (array leaves may be ``jax.ShapeDtypeStruct``).
     """
     donate = frozenset(donate_argnums)
     out_static: dict[Any, Any] = {}
@@ -50,14 +51,13 @@ def async_jit(fn: Callable[..., Any], donate_argnums: Sequence[int] = ()) -> Cal
         out_static[key] = static_out
         return dynamic
 
-    @functools.wraps(fn)
-    def call(*args: Any) -> Any:
+    def split(args: tuple[Any, ...]) -> tuple[Any, list[Any], list[Any]]:
         treedefs, statics, masks, flags = [], [], [], []
         donated: list[Any] = []
         kept: list[Any] = []
         for i, arg in enumerate(args):
             leaves, treedef = jax.tree.flatten(arg)
-            mask = tuple(eqx.is_array(x) for x in leaves)
+            mask = tuple(_traced(x) for x in leaves)
             dyn = [x for x, m in zip(leaves, mask, strict=True) if m]
             (donated if i in donate else kept).extend(dyn)
             treedefs.append(treedef)
@@ -65,7 +65,25 @@ def async_jit(fn: Callable[..., Any], donate_argnums: Sequence[int] = ()) -> Cal
             masks.append(mask)
             flags.append(i in donate)
         key = (tuple(treedefs), tuple(statics), (tuple(masks), tuple(flags)))
+        return key, donated, kept
+
+    @functools.wraps(fn)
+    def call(*args: Any) -> Any:
+        key, donated, kept = split(args)
         dynamic = inner(key, donated, kept)
         return eqx.combine(dynamic, out_static[key])
 
+    def lower(*args: Any) -> Any:
+        """Ahead-of-time lowering for the same arguments, as ``jax.jit(...).lower``: array
+        leaves may be ``jax.ShapeDtypeStruct``. ``.compile()`` on the result compiles the
+        program that a call with arrays of those shapes and dtypes runs, and JAX reuses that
+        compilation for the call (its ``memory_analysis()`` is that program's)."""
+        return inner.lower(*split(args))
+
+    call.lower = lower  # type: ignore[attr-defined]
     return call
+
+
+def _traced(leaf: Any) -> bool:
+    """Whether a leaf is traced (an array, or an array's shape and dtype for lowering)."""
+    return eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct)

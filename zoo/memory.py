@@ -3,7 +3,12 @@
 A run's resident memory is its replay's bytes (allocated once; the loop updates it in place,
 checkpoints stream it to disk in chunks and resumes fill it in place: see :mod:`zoo.checkpoint`)
 plus a bounded overhead: the Python process with JAX, envpool and the compiled programs, the
-networks and optimizer, evaluation environments and the checkpoint chunks in flight.
+networks and optimizer, evaluation environments and the checkpoint chunks in flight; plus the
+update's working memory (the activations its gradient keeps, XLA's temporary allocation), which
+grows with the batch and the torso: 9 MiB for the Nature CNN at batch 32, about 3 GiB for
+``btr``'s IMPALA torso at batch 256. A run compiles its update before it allocates the replay
+and counts that working memory as measured from the compiled program
+(:meth:`zoo.drivers.HostDriver.compile_update`).
 :data:`RUN_OVERHEAD` bounds that overhead; it was measured on the Atari presets
 (``docs/performance.md``: a 6.58 GiB Breakout replay peaked at 7.16 GiB through training, two
 checkpoints and evaluation, and at 7.65 GiB through a resume from a checkpoint with the
@@ -44,6 +49,8 @@ class MemoryPlan:
       available: bytes available on this machine (default: read from ``/proc/meminfo``).
       network_bytes: bytes of the learner state's parameters (online, target, optimizer
         moments), counted in :attr:`peak` beside the replay (default 0).
+      workspace_bytes: bytes of one update's working memory, as its compiled program reports
+        them (``memory_analysis().temp_size_in_bytes``; default 0: not measured).
     """
 
     def __init__(
@@ -52,16 +59,24 @@ class MemoryPlan:
         capacity: int,
         available: int | None = None,
         network_bytes: int = 0,
+        workspace_bytes: int = 0,
     ):
         self.replay_bytes = int(replay_bytes)
         self.capacity = int(capacity)
         self.network_bytes = int(network_bytes)
+        self.workspace_bytes = int(workspace_bytes)
         self.available = available_memory() if available is None else int(available)
 
     @property
     def peak(self) -> int:
         """The run's planned peak resident memory in bytes."""
-        return self.replay_bytes + self.network_bytes + RUN_OVERHEAD
+        return self.replay_bytes + self.rest
+
+    @property
+    def rest(self) -> int:
+        """Everything but the replay: parameters, the update's working memory and
+        :data:`RUN_OVERHEAD`."""
+        return self.network_bytes + self.workspace_bytes + RUN_OVERHEAD
 
     @property
     def fits(self) -> bool:
@@ -74,7 +89,7 @@ class MemoryPlan:
         if self.available is None:
             return self.capacity
         per_transition = self.replay_bytes / max(self.capacity, 1)
-        room = SAFETY * self.available - RUN_OVERHEAD - self.network_bytes
+        room = SAFETY * self.available - self.rest
         if room <= 0 or per_transition <= 0:
             return 0
         fit = int(min(room / per_transition, self.capacity))
@@ -90,11 +105,21 @@ class MemoryPlan:
         message = (
             f"{what} needs about {self.peak / gib:.1f} GiB of memory (its replay of "
             f"{self.capacity:,} transitions is {self.replay_bytes / gib:.2f} GiB, plus "
-            f"{(RUN_OVERHEAD + self.network_bytes) / gib:.1f} GiB for the rest of the run) but "
-            "only "
+            f"{self.rest / gib:.1f} GiB for the rest of the run"
+            + (
+                f", {self.workspace_bytes / gib:.1f} GiB of it the update's working memory"
+                if self.workspace_bytes >= 2**28
+                else ""
+            )
+            + ") but only "
             f"{(self.available or 0) / gib:.1f} GiB is available"
         )
         if fit <= 0:
+            if self.workspace_bytes >= 2**28:
+                return message + (
+                    "; free memory, use a machine with more, or lower replay.batch_size (the "
+                    "update's working memory grows with it)"
+                )
             return message + "; free memory or use a machine with more"
         return (
             message
@@ -103,6 +128,8 @@ class MemoryPlan:
         )
 
 
-def plan(replay_bytes: int, capacity: int, available: int | None = None) -> MemoryPlan:
+def plan(
+    replay_bytes: int, capacity: int, available: int | None = None, workspace_bytes: int = 0
+) -> MemoryPlan:
     """A :class:`MemoryPlan` (see there)."""
-    return MemoryPlan(replay_bytes, capacity, available)
+    return MemoryPlan(replay_bytes, capacity, available, workspace_bytes=workspace_bytes)

@@ -147,9 +147,12 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
 
-def _check_memory(replay_bytes: int, network_bytes: int, spec: AlgorithmSpec) -> None:
-    """Refuse a run whose learner state, or whose planned peak (replay + overhead, see
-    :mod:`zoo.memory`) beside it, does not fit in the memory available now."""
+def _check_memory(
+    replay_bytes: int, network_bytes: int, spec: AlgorithmSpec, workspace_bytes: int = 0
+) -> None:
+    """Refuse a run whose learner state, or whose planned peak (replay + the update's working
+    memory where measured + overhead, see :mod:`zoo.memory`) beside it, does not fit in the
+    memory available now."""
     from zoo.memory import SAFETY, available_memory, plan
 
     available = available_memory()
@@ -162,7 +165,12 @@ def _check_memory(replay_bytes: int, network_bytes: int, spec: AlgorithmSpec) ->
             "smaller layers (network.hidden)"
         )
     if replay_bytes:
-        memory = plan(replay_bytes, spec.replay.capacity, available=available - network_bytes)
+        memory = plan(
+            replay_bytes,
+            spec.replay.capacity,
+            available=available - network_bytes,
+            workspace_bytes=workspace_bytes,
+        )
         if not memory.fits:
             raise RunRefusedError(memory.refusal("this run"))
 
@@ -713,6 +721,11 @@ def _train_in_group(request: TrainRequest, group: Any) -> RunResult:
             )
         return result
     except RunRefusedError:
+        # a new run refused before it trained (the update's working memory is known only once
+        # it is compiled, after the directory is written) leaves no run behind
+        if mode == "new" and group.main and not group.several:
+            with contextlib.suppress(OSError):
+                rundir.undo_creation(run_path)
         raise
     except RunError as e:
         if group.main:
@@ -813,6 +826,11 @@ def _train_alone(request: TrainRequest) -> RunResult:
         )
         return result
     except RunRefusedError:
+        # a new run refused before it trained (the update's working memory is known only once
+        # it is compiled, after the directory is written) leaves no run behind
+        if mode == "new":
+            with contextlib.suppress(OSError):
+                rundir.undo_creation(run_path)
         raise
     except RunError as e:
         with contextlib.suppress(OSError):
@@ -1450,7 +1468,7 @@ def _build(spec: AlgorithmSpec, settings: RunSettings, env_obj: Any, group: Any 
     if several:
         # the processes' actors and samplers draw apart; the networks start identical
         k_run = jax.random.fold_in(k_run, group.process_id)
-    return network, learner, replay, learner.init(network, k_learner), k_run, core
+    return network_bytes, learner, replay, learner.init(network, k_learner), k_run, core
 
 
 def _learner(spec: AlgorithmSpec, settings: RunSettings, group: Any) -> Any:
@@ -1560,7 +1578,7 @@ def _run(
         raise RunError(str(e)) from None
     try:
         loop, carry, games, resume_from = _start(
-            spec, settings, env_obj, run_path, mode, checkpointer, previous_total, group
+            spec, settings, env_obj, run_path, mode, checkpointer, previous_total, group, loop_path
         )
         logger = MetricsLogger(own, resume_from=resume_from)
         evaluate_now = _evaluator(spec, settings, env_obj, logger, show_progress)
@@ -1622,6 +1640,7 @@ def _start(
     checkpointer: Any,
     previous_total: int | None,
     group: Any,
+    loop_path: str,
 ) -> tuple[Any, Any, int, int | None]:
     """The loop and its first carry: fresh, or restored from the newest intact checkpoint
     (damaged newer ones are reported, set aside and recorded). Over several processes, every
@@ -1632,9 +1651,16 @@ def _start(
     from zoo.checkpoint import CheckpointCorruptError, CheckpointError
     from zoo.loop import Loop
 
-    _network, learner, replay, learner_state, run_key, core = _build(spec, settings, env_obj, group)
+    network_bytes, learner, replay, learner_state, run_key, core = _build(
+        spec, settings, env_obj, group
+    )
     placement = _placement(settings) if settings.loop == "async" else None
     loop = Loop(spec, env_obj, learner, replay, core, placement=placement, max_lag=settings.max_lag)
+    if loop_path == "host" and spec.rollout is None and learner.num_devices == 1:
+        # the update compiled now (its first call reuses the compilation), before the replay
+        # is allocated: its working memory counts in the plan (btr's batch-256 update: ~3 GiB)
+        workspace = loop.host.compile_update(learner_state, run_key)
+        _check_memory(replay.nbytes(), network_bytes, spec, workspace)
     carry = loop.init(learner_state, run_key)
     if mode != "resume":
         return loop, carry, 0, None

@@ -59,6 +59,7 @@ __all__ = [
     "read_jsonl",
     "safe_component",
     "sha256_text",
+    "undo_creation",
 ]
 
 #: The lock file whose ``flock`` marks the process that owns a run directory.
@@ -216,6 +217,26 @@ def clear_creation(path: str | os.PathLike[str]) -> None:
             target = Path(path) / name
             if target.is_file():
                 target.unlink()
+
+
+def undo_creation(path: str | os.PathLike[str]) -> bool:
+    """Take back the creation of a run refused before it trained: its ``run.yaml`` and creation
+    files, and its ``checkpoints`` and ``tb`` folders where they are empty, so that the same
+    directory takes the corrected run. Returns False (and removes nothing) where the run holds
+    anything a run writes while training (records, checkpoints)."""
+    root = Path(path)
+    for name in ("metrics.jsonl", "eval.jsonl", "damaged-checkpoints"):
+        if (root / name).exists():
+            return False
+    for name in ("checkpoints", "tb"):
+        if (root / name).is_dir() and any((root / name).iterdir()):
+            return False
+    for name in ("checkpoints", "tb"):
+        if (root / name).is_dir():
+            (root / name).rmdir()
+    (root / "run.yaml").unlink(missing_ok=True)
+    clear_creation(root)
+    return True
 
 
 # ------------------------------------------------------------------------------------- history

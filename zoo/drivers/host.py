@@ -64,6 +64,27 @@ class HostDriver:
         self._env_steps = 0
         self._credit = 0.0
 
+    def compile_update(self, learner_state: Any, key: jax.Array) -> int:
+        """Compile the update this driver will call, before the replay is allocated, and return
+        the bytes of its working memory (XLA's temporary allocation for one update: the
+        activations kept for the gradient, the optimizer's intermediates).
+
+        Nothing is allocated: the carry and the sampled batch are shapes (``eval_shape``). JAX
+        reuses the compilation for the first real update, so this costs no second compile.
+        ``learner_state`` and ``key`` are those :meth:`zoo.loop.Loop.init` will be given.
+        """
+        import equinox as eqx
+
+        carry = eqx.filter_eval_shape(self.loop.init, learner_state, key)
+        _, _, batch, info = eqx.filter_eval_shape(
+            self.loop.learn_step.sample, carry.replay, carry.deferred, carry.key
+        )
+        compiled = self.update.lower(
+            carry.learner, batch, info, carry.metric_sums, carry.metric_count
+        ).compile()
+        analysis = compiled.memory_analysis()
+        return int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
+
     def _act(self, ts: TimeStep, key, core, actor, report, env_steps):
         key, core, pending, actions = self.loop.actor.act(actor, key, core, env_steps, ts)
         return key, core, pending, actions, report
