@@ -1656,7 +1656,12 @@ def _start(
     )
     placement = _placement(settings) if settings.loop == "async" else None
     loop = Loop(spec, env_obj, learner, replay, core, placement=placement, max_lag=settings.max_lag)
-    if loop_path == "host" and spec.rollout is None and learner.num_devices == 1:
+    if (
+        loop_path == "host"
+        and spec.rollout is None
+        and learner.traceable
+        and learner.num_devices == 1
+    ):
         # the update compiled now (its first call reuses the compilation), before the replay
         # is allocated: its working memory counts in the plan (btr's batch-256 update: ~3 GiB)
         workspace = loop.host.compile_update(learner_state, run_key)
