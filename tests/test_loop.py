@@ -16,8 +16,9 @@ import pytest
 import zoo
 from zoo.envs import EpisodeTracker, make
 from zoo.learner import Learner
-from zoo.loop import Loop
+from zoo.loop import Loop, Trainer
 from zoo.replay import build_replay
+from zoo.rundir import RunSettings
 
 STEPS = 300
 
@@ -155,3 +156,56 @@ def test_actors_lag_the_learner_by_one_update():
             )
     env.close()
     assert seen == 3
+
+
+class _Events:
+    """A trainer's logger, checkpointer and evaluator that record when each event ran."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    def log(self, record: dict) -> None:
+        keys = ("env_steps", "updates", "games", "return", "length")
+        self.seen.append(("log", *(record.get(k) for k in keys)))
+
+    def save(self, env_steps: int, state: dict, meta: dict) -> None:
+        self.seen.append(("checkpoint", env_steps, meta["updates"], meta["games"]))
+
+    def evaluate(self, online, env_steps: int) -> dict:
+        self.seen.append(("eval", env_steps))
+        return {"mean_return": 0.0}
+
+
+def test_a_compiled_run_compiles_its_chunk_once_and_matches_the_host_run():
+    """Event periods with an awkward common divisor (5 transitions), a budget that no chunk
+    divides (601 of 2 environments): the compiled driver cuts its chunks at the events and the
+    budget's end, all with one program, and the run is the host driver's, event for event."""
+    spec = small("dqn")
+    settings = RunSettings(
+        algorithm="dqn", env="CartPole-v1", protocol="none", num_envs=2, seed=0,
+        total_env_steps=601, log_every=75, eval_every=160, checkpoint_every=250,
+        eval_episodes=1, save_replay=False,
+    )  # fmt: skip
+    runs = {}
+    for path in ("host", "compiled"):
+        env, loop, carry = build(spec, 2)
+        events = _Events()
+        trainer = Trainer(loop, settings, path, events, events, events.evaluate, progress=False)
+        runs[path] = trainer.run(carry), trainer, events, loop.driver(path)
+        env.close()
+    (host, host_trainer, host_events, _), (compiled, trainer, events, driver) = runs.values()
+
+    assert driver.traces == 1
+    # the host driver's events at the same steps (the first step at or past each multiple)
+    assert events.seen == host_events.seen
+    logs = [e[1] for e in events.seen if e[0] == "log"]
+    assert logs == [76, 150, 226, 300, 376, 450, 526, 600, 602]
+    assert trainer.env_steps == host_trainer.env_steps == int(compiled.env_steps) == 602
+    assert trainer.games == host_trainer.games > 5
+    assert int(host.learner.updates) == int(compiled.learner.updates) > 200
+    assert float(host.credit) == float(compiled.credit)
+    for a, b in zip(jax.tree.leaves(host.replay), jax.tree.leaves(compiled.replay), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+    params = lambda c: eqx.filter(c.learner.online, eqx.is_inexact_array)  # noqa: E731
+    for x, y in zip(jax.tree.leaves(params(host)), jax.tree.leaves(params(compiled)), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)

@@ -673,7 +673,7 @@ def _parser() -> argparse.ArgumentParser:
         "--driver",
         dest="loop",
         choices=["auto", "host", "compiled", "async"],
-        help="the driver. host: envpool's Python API between jitted steps; compiled: lax.scan "
+        help="the driver. host: envpool's Python API between jitted steps; compiled: compiled "
         "chunks with envpool's XLA step (same semantics); auto (default): compiled for vector "
         "observations, host for images (XLA:CPU's convolutions are slow inside loops); async: "
         "an actor thread on its own device beside the learner (not deterministic; on a CPU "

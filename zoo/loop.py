@@ -25,8 +25,8 @@ The parts:
   :class:`~zoo.learn.UpdateCredit`, the one statement of when updates are due;
 - the *drivers* (:mod:`zoo.drivers`), which run the body: the host driver (:meth:`Loop.step`:
   separate jitted calls, environments stepped through envpool's Python API in between) and the
-  compiled driver (:meth:`Loop.chunk`: ``T`` vector steps inside ``lax.scan`` with envpool's
-  XLA ``step``). Both read and write the same :class:`LoopCarry`, so they produce the same
+  compiled driver (:meth:`Loop.chunk`: up to ``L`` vector steps in one compiled loop with
+  envpool's XLA ``step``). Both read and write the same :class:`LoopCarry`, so they produce the same
   transitions and parameters from the same seed.
 
 :class:`Loop` composes the parts for one run and exposes the body's pieces as pure functions
@@ -252,9 +252,17 @@ class Loop:
         """Host driver: one vector step (:meth:`zoo.drivers.HostDriver.step`)."""
         return self.host.step(carry, ts)
 
-    def chunk(self, carry: LoopCarry, handle: jax.Array, prev_done: jax.Array, length: int):
-        """Compiled driver: ``length`` vector steps (:meth:`zoo.drivers.CompiledDriver.chunk`)."""
-        return self.driver("compiled").chunk(carry, handle, prev_done, length)
+    def chunk(
+        self,
+        carry: LoopCarry,
+        handle: Any,
+        prev_done: jax.Array,
+        steps: int,
+        length: int | None = None,
+    ) -> tuple[LoopCarry, Any, jax.Array, TimeStep]:
+        """Compiled driver: ``steps`` vector steps in a program of ``length`` (default
+        ``steps``; :meth:`zoo.drivers.CompiledDriver.chunk`)."""
+        return self.driver("compiled").chunk(carry, handle, prev_done, steps, length)
 
     # -------------------------------------------------------------------------- the state
 

@@ -388,7 +388,7 @@ class RunSettings(BaseModel):
     )
     loop: Literal["auto", "host", "compiled", "async"] = Field(
         "auto",
-        description="host: envpool's Python API between jitted steps; compiled: lax.scan chunks "
+        description="host: envpool's Python API between jitted steps; compiled: compiled chunks "
         "with envpool's XLA step (same semantics; ~3x faster on CartPole); auto: compiled "
         "where the environment has envpool's XLA interface; async: an actor thread on its own "
         "device beside the learner (zoo.drivers.asynchronous; not deterministic)",

@@ -8,9 +8,9 @@ and produce the same transitions and parameters from the same seed:
   separate asynchronously dispatched jitted calls (insert; a sample and an update per due
   update; act), the environments stepped through envpool's Python API in between. Any
   environment; image networks (XLA:CPU runs convolutions under device control flow slowly).
-- ``compiled`` (:class:`CompiledDriver`, :mod:`zoo.drivers.compiled`): ``T`` vector steps of
-  the body in one ``lax.scan`` with envpool's XLA step. envpool only; about 10× the host
-  driver's rate for MLP networks on CPU.
+- ``compiled`` (:class:`CompiledDriver`, :mod:`zoo.drivers.compiled`): chunks of up to ``L``
+  vector steps of the body in one compiled loop with envpool's XLA step (one program per run).
+  envpool only; about 10× the host driver's rate for MLP networks on CPU.
 
 The third, ``async`` (:class:`AsyncDriver`, :mod:`zoo.drivers.asynchronous`), runs an actor
 thread on its own device beside the learner (Sebulba), with a bounded parameter lag and a rate

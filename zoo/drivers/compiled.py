@@ -1,15 +1,27 @@
-"""The compiled driver: ``T`` vector steps of the loop body in one ``lax.scan``.
+"""The compiled driver: up to ``L`` vector steps of the loop body in one compiled program.
 
 envpool's XLA interface steps the environments inside the program, so one dispatch covers a
 whole chunk: insert, every due update (each under ``lax.cond``), act, for each vector step
 (:meth:`zoo.loop.Loop.body`). The host accounts one chunk's episode statistics while the next
-chunk runs. Chunks are cut so that logs, evaluations and checkpoints fall exactly on their
-multiples, as with the host driver.
+chunk runs.
+
+One program per run: its length ``L`` (static: the rows of the chunk's output) is the longest
+chunk the run can need (:func:`chunk_length`), and the number of vector steps to run is an
+argument, a traced ``int32``. The steps run in a ``lax.while_loop`` of that trip count, which
+writes each step's TimeStep into row ``t`` of the ``[L, N]`` output, as ``lax.scan`` would; the
+rows past the count stay zero and the host reads only the first ``steps``. (A ``lax.scan`` of
+``L`` with the body under ``lax.cond`` passes the replay through the ``cond`` and runs every
+iteration: measured 5-10% slower on CartPole than the fixed-length scan, where this loop costs
+the same; envpool's handle is stepped exactly ``steps`` times.)
+
+Each chunk ends at the next log, evaluation or checkpoint (:attr:`zoo.loop.Trainer.next_event`)
+or at the end of the budget, whichever comes first, so events fall at the same vector steps as
+with the host driver, whatever their periods.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -20,89 +32,141 @@ from zoo.jit import async_jit
 from zoo.learn import learner_report
 
 if TYPE_CHECKING:  # pragma: no cover
+    from zoo.envs import TimeStep
     from zoo.loop import Loop, LoopCarry, Trainer
 
 __all__ = ["CompiledDriver", "chunk_length"]
 
 
-def chunk_length(every: int, num_envs: int, longest: int = 1000) -> int:
-    """Vector steps per compiled chunk: the longest (up to ``longest``) that divides the
-    events' common period, so that logs, evaluations and checkpoints fall exactly on their
-    multiples, as on the host path."""
-    period = max(every // num_envs, 1)
-    return max(d for d in range(1, min(period, longest) + 1) if period % d == 0)
+def chunk_length(periods: Sequence[int], num_envs: int, budget: int, longest: int = 1000) -> int:
+    """Vector steps of a run's chunk program: the longest chunk the run can need.
+
+    A chunk ends at the next event (at most the shortest of the event ``periods`` away, in
+    transitions) or at the end of the ``budget`` (transitions left to run), and is at most
+    ``longest`` vector steps of ``num_envs`` transitions. At least 1.
+    """
+    return max(1, min(longest, -(-min(periods) // num_envs), -(-budget // num_envs)))
 
 
 class CompiledDriver:
-    """Runs the loop body in ``lax.scan`` chunks with envpool's XLA step."""
+    """Runs the loop body in compiled chunks with envpool's XLA step (see the module docstring).
+
+    Attributes:
+      traces: how many times the chunk program was traced, each time compiling it: once per
+        distinct program length ``L`` (and argument structure), so once per :meth:`run`.
+    """
 
     name = "compiled"
 
-    def __init__(self, loop: Loop):
+    def __init__(self, loop: Loop) -> None:
         if not loop.learner.traceable:
             raise ValueError(
-                "the compiled driver runs the update inside lax.scan, which a learner over "
-                "several processes cannot (zoo.distributed); use the host driver"
+                "the compiled driver runs the update inside a compiled loop, which a learner "
+                "over several processes cannot (zoo.distributed); use the host driver"
             )
         self.loop = loop
+        self.traces = 0
         self._chunk = async_jit(
-            lambda length, carry, handle, done: self._scan(carry, handle, done, length),
+            lambda length, carry, handle, done, steps: self._loop(
+                carry, handle, done, steps, length
+            ),
             donate_argnums=(1, 2),
         )
 
-    def chunk(self, carry: LoopCarry, handle: jax.Array, prev_done: jax.Array, length: int):
-        """``length`` vector steps in one ``lax.scan`` (``carry`` and ``handle`` are donated).
+    def chunk(
+        self,
+        carry: LoopCarry,
+        handle: Any,
+        prev_done: jax.Array,
+        steps: int,
+        length: int | None = None,
+    ) -> tuple[LoopCarry, Any, jax.Array, TimeStep]:
+        """``steps`` vector steps in a program of ``length`` (``carry`` and ``handle`` are
+        donated).
 
         Args:
           carry: the loop carry, with the step acted on pending (after ``Loop.first_act``).
           handle: envpool's XLA handle (after a host ``reset()``).
           prev_done: ``[N]`` terminated | truncated of the last step (False after a reset).
-          length: vector steps (static).
+          steps: vector steps to run, ``0 <= steps <= length`` (passed traced: any count
+            reuses the program).
+          length: the program's length (static: one compilation per value); ``steps`` by
+            default.
 
         Returns:
-          ``(carry, handle, prev_done, steps)``: ``steps`` is the chunk's TimeSteps without
-          observations, fields ``[T, N]``, for episode statistics on the host.
+          ``(carry, handle, prev_done, rows)``: ``rows`` is the chunk's TimeSteps without
+          observations, fields ``[length, N]``, for episode statistics on the host; rows from
+          ``steps`` on are zeros.
         """
-        return self._chunk(length, carry, handle, prev_done)
+        length = steps if length is None else length
+        if not 0 <= steps <= length:
+            raise ValueError(f"a chunk of length {length} cannot run {steps} steps")
+        return self._chunk(length, carry, handle, prev_done, np.asarray(steps, np.int32))
 
-    def _scan(self, carry: LoopCarry, handle: jax.Array, prev_done: jax.Array, length: int):
+    def _loop(self, carry: LoopCarry, handle: Any, prev_done: jax.Array, steps, length: int):
+        self.traces += 1
         env = self.loop.env
         _, _, _, xla_step = env.xla()
 
-        def body(state, _):
-            carry, handle, prev_done = state
-            handle, output = xla_step(handle, carry.pending.action)
-            ts = env.xla_timestep(output, prev_done)
+        def timestep(handle, actions, prev_done):
+            handle, output = xla_step(handle, actions)
+            return handle, env.xla_timestep(output, prev_done)
+
+        shapes = jax.eval_shape(
+            lambda *a: timestep(*a)[1]._replace(observation=None),
+            handle,
+            carry.pending.action,
+            prev_done,
+        )
+        rows = jax.tree.map(lambda s: jnp.zeros((length, *s.shape), s.dtype), shapes)
+
+        def body(state):
+            t, carry, handle, prev_done, rows = state
+            handle, ts = timestep(handle, carry.pending.action, prev_done)
             carry, _, _ = self.loop.body(carry, ts)
             done = jnp.logical_or(ts.terminated, ts.truncated)
-            return (carry, handle, done), ts._replace(observation=None)
+            rows = jax.tree.map(
+                lambda r, x: jax.lax.dynamic_update_index_in_dim(r, x, t, 0),
+                rows,
+                ts._replace(observation=None),
+            )
+            return t + 1, carry, handle, done, rows
 
-        (carry, handle, prev_done), outputs = jax.lax.scan(
-            body, (carry, handle, prev_done), None, length=length
+        count = jnp.minimum(steps, length)
+        _, carry, handle, prev_done, rows = jax.lax.while_loop(
+            lambda state: state[0] < count,
+            body,
+            (jnp.zeros((), jnp.int32), carry, handle, prev_done, rows),
         )
-        return carry, handle, prev_done, outputs
+        return carry, handle, prev_done, rows
 
     def run(
         self, carry: LoopCarry, actions: Any, trainer: Trainer, interrupted: list[bool]
     ) -> LoopCarry:
         """Compiled chunks, the host's accounting of one chunk overlapping the next.
 
-        A chunk is dispatched before the previous one's episode statistics are computed on the
-        host, so that work runs on another core while the device computes. Where a log,
-        evaluation or checkpoint is due at a chunk's end (chunks divide their periods), the
-        driver drains: it accounts every chunk, then runs the events on that carry.
+        Each chunk runs to the next event or the end of the budget (at most the program's
+        length). A chunk is dispatched before the previous one's episode statistics are
+        computed on the host, so that work runs on another core while the device computes.
+        Where a log, evaluation or checkpoint is due at a chunk's end, the driver drains: it
+        accounts every chunk, then runs the events on that carry.
         """
         env, cfg = self.loop.env, trainer.settings
         n = env.num_envs
         handle = env.xla()[0]
         prev_done = jnp.zeros((n,), bool)
-        length = chunk_length(math.gcd(cfg.log_every, cfg.eval_every, cfg.checkpoint_every), n)
         dispatched = trainer.env_steps
+        length = chunk_length(
+            (cfg.log_every, cfg.eval_every, cfg.checkpoint_every),
+            n,
+            cfg.total_env_steps - dispatched,
+        )
         unaccounted: tuple[Any, Any, int] | None = None
         while dispatched < cfg.total_env_steps:
-            remaining = (cfg.total_env_steps - dispatched + n - 1) // n
-            steps = min(length, remaining)
-            carry, handle, prev_done, chunk = self.chunk(carry, handle, prev_done, steps)
+            # events run only after a drain, so next_event is past every dispatched step
+            until = min(trainer.next_event, cfg.total_env_steps)
+            steps = min(length, max(-(-(until - dispatched) // n), 1))
+            carry, handle, prev_done, chunk = self.chunk(carry, handle, prev_done, steps, length)
             report = learner_report(carry.learner.updates, carry.last_loss)
             dispatched += steps * n
             if unaccounted is not None:
@@ -118,7 +182,7 @@ class CompiledDriver:
 
 
 def _account_chunk(trainer: Trainer, chunk: Any, report: Any, steps: int) -> None:
-    """Account a chunk's vector steps, one TimeStep at a time (host arrays)."""
+    """Account a chunk's first ``steps`` vector steps, one TimeStep at a time (host arrays)."""
     rows = jax.tree.map(np.asarray, chunk)
     timesteps = [jax.tree.map(lambda x, t=t: x[t], rows) for t in range(steps)]
     trainer.account(timesteps, np.asarray(report))
