@@ -361,6 +361,7 @@ SERIES_PROTOCOL: dict[str, str] = {
         f"dopamine/{name}": "dopamine_2018"
         for name in ("dqn_adam_mse", "dqn", "c51", "rainbow", "quantile", "iqn")
     },
+    "published/BTR": "dopamine_2018",
     "atari100k/der": "atari_100k",
     "cleanrl/dqn_cartpole": "classic",
 }

@@ -84,6 +84,167 @@ def test_lookup_answers_only_at_a_budget_the_series_has():
         final.value_at("CartPole-v1", 50_000_000)
 
 
+#: the 19 column names of BTR's results.csv, in its order
+BTR_GAMES = [
+    "Assault",
+    "Asterix",
+    "BattleZone",
+    "BeamRider",
+    "Boxing",
+    "Breakout",
+    "CrazyClimber",
+    "DemonAttack",
+    "DoubleDunk",
+    "Enduro",
+    "FishingDerby",
+    "MsPacman",
+    "NameThisGame",
+    "Phoenix",
+    "Pong",
+    "Qbert",
+    "SpaceInvaders",
+    "Tutankham",
+    "VideoPinball",
+]
+
+
+def zoo_btr_games() -> list[str]:
+    """The btr preset's games without their ``-v5``."""
+    import zoo
+
+    return [g.removesuffix("-v5") for g in zoo.load_preset("btr").env.games]
+
+
+def test_btr_series_holds_the_authors_results_csv():
+    # VIPTankz/BeyondTheRainbowICML results.csv@86ee767, read by hand: line 1 is the header of
+    # 19 games, line k + 1 the evaluation at k × 1M frames.
+    btr = ref.load_series("published/BTR")
+    assert (btr.kind, btr.protocol, btr.statistic, btr.window_frames) == (
+        "published",
+        "dopamine_2018",
+        "evaluation",
+        None,
+    )
+    assert "86ee767" in btr.source and "100 episodes" in btr.source
+    assert btr.games == sorted(BTR_GAMES)
+    for game in BTR_GAMES:
+        assert btr.budgets(game) == [k * 1_000_000 for k in range(1, 201)]
+    # line 2 (1M frames): Assault 382.83, Breakout 0.34, VideoPinball 7950.21
+    assert btr.value_at("Assault-v5", 1_000_000).mean == 382.83
+    assert btr.value_at("Breakout", 1_000_000).mean == 0.34
+    assert btr.value_at("video_pinball", 1_000_000).mean == 7950.21
+    # line 11 (10M frames): Breakout 239.3, Pong -6.04
+    assert btr.value_at("Breakout-v5", 10_000_000).mean == 239.3
+    assert btr.value_at("PongNoFrameskip-v4", 10_000_000).mean == -6.04
+    # line 50 (49M frames): MsPacman 5615.82
+    assert btr.value_at("ms_pacman", 49_000_000).mean == 5615.82
+    # line 201, the last (200M frames), on the btr preset's five games: BattleZone 132230.0,
+    # DoubleDunk 21.64, NameThisGame 28931.4, Phoenix 125452.2, Qbert 28704.5
+    last = {g: btr.value_at(f"{g}-v5", 200_000_000).mean for g in zoo_btr_games()}
+    assert last == {
+        "BattleZone": 132230.0,
+        "DoubleDunk": 21.64,
+        "NameThisGame": 28931.4,
+        "Phoenix": 125452.2,
+        "Qbert": 28704.5,
+    }
+    # the file gives no seeds and no spread: none is made up
+    point = btr.value_at("Qbert", 200_000_000)
+    assert (point.min, point.max, point.std, point.seeds, point.range) == (None,) * 5
+    with pytest.raises(ref.ReferenceLookupError, match=r"every 1,000,000 frames from 1,000,000"):
+        btr.value_at("Pong", 2_500_000)
+
+
+def test_btr_games_are_envpool_games():
+    from zoo.reproduce import game_env_id
+
+    for game in BTR_GAMES:
+        assert game_env_id(game) == f"{game}-v5"
+
+
+def test_a_points_table_loads_with_its_optional_columns(tmp_path, monkeypatch):
+    (tmp_path / "pts_test.csv").write_text(
+        "# a comment line\n"
+        "game,frames,mean,min,max,std,seeds,tag\n"
+        "Pong,2000000,-3.0,-5.0,-1.0,,3,V\n"
+        "Pong,1000000,-20.0,,,,,\n"
+        "CartPole-v1,500,480.0,,,16.0,,R\n"
+    )
+    (tmp_path / "pts_missing.csv").write_text("game,mean\nPong,1.0\n")
+    monkeypatch.setattr(ref, "data_path", lambda: tmp_path)
+    path = tmp_path / "series.yaml"
+    entry = {"label": "x", "source": "x", "protocol": "dopamine_2018", "statistic": "evaluation"}
+    path.write_text(
+        yaml.safe_dump({"published/pts": {**entry, "points": {"file": "pts_test.csv"}}})
+    )
+    series = ref.load_series(str(path))
+    assert series.budgets("Pong-v5") == [1_000_000, 2_000_000]  # sorted by frames
+    assert series.value_at("pong", 1_000_000) == ref.Point(frames=1_000_000, mean=-20.0)
+    second = series.value_at("pong", 2_000_000)
+    assert (second.range, second.seeds, second.tag) == ((-5.0, -1.0), 3, "V")
+    cartpole = series.value_at("CartPole-v1", 500)
+    assert (cartpole.range_kind, cartpole.tag) == ("mean ± std", "R")
+    path.write_text(
+        yaml.safe_dump({"published/pts": {**entry, "points": {"file": "pts_missing.csv"}}})
+    )
+    with pytest.raises(ref.UnknownSeriesError, match=r"lacks the column\(s\) frames"):
+        ref.load_series(str(path))
+
+
+def _fake_btr_run(run: Path, seed: int, evaluation: float, training: float) -> None:
+    """A run directory of the btr preset on Breakout at 2.5M agent steps (10M frames), made
+    without training: its settings and a few records."""
+    run.mkdir(parents=True)
+    settings = {
+        "algorithm": "btr",
+        "preset": "btr",
+        "env": "Breakout-v5",
+        "protocol": "dopamine_2018",
+        "num_envs": 64,
+        "total_env_steps": 2_500_000,
+        "seed": seed,
+        "eval_every": 1_250_000,
+        "eval_episodes": 100,
+        "checkpoint_every": 1_250_000,
+        "log_every": 1_250_000,
+    }
+    (run / "run.yaml").write_text(yaml.safe_dump(settings))
+    metrics = [
+        {"env_steps": 1_250_000, "updates": 16_406, "games": 400, "return": 10.0},
+        {"env_steps": 2_500_000, "updates": 35_937, "games": 700, "return": training},
+    ]
+    evals = [
+        {"env_steps": 1_250_000, "mean_return": 20.0},
+        {"env_steps": 2_500_000, "mean_return": evaluation},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
+    (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+
+
+def test_compare_puts_a_btr_run_beside_the_published_btr_value(tmp_path, capsys):
+    from zoo import cli
+
+    root = tmp_path / "runs"
+    _fake_btr_run(root / "seed0", 0, evaluation=200.0, training=150.0)
+    _fake_btr_run(root / "seed1", 1, evaluation=260.0, training=170.0)
+    code = cli.main(["compare", str(root), "--out", str(tmp_path / "cmp")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    # the preset's series is used: its evaluation at 10M frames, line 11 of results.csv: 239.3
+    rows = json.loads((tmp_path / "cmp" / "comparison.json").read_text())["rows"]
+    (row,) = [r for r in rows if r["series"] == "published/BTR"]
+    assert (row["statistic"], row["frames"], row["seeds"]) == ("evaluation", 10_000_000, [0, 1])
+    assert (row["mean"], row["min"], row["max"]) == (230.0, 200.0, 260.0)
+    assert row["reference"]["mean"] == 239.3
+    assert row["reference_hns"] == pytest.approx((239.3 - 1.7) / (30.5 - 1.7))
+    assert row["inside"] is None and row["range_kind"] is None  # no spread to be inside
+    assert "published/BTR (published)" in out and "239.3" in out and "n/a (no spread)" in out
+    # the training statistic is shown too, without a reference
+    (training,) = [r for r in rows if r["statistic"] == "training"]
+    assert training["series"] is None and training["mean"] == 160.0
+    assert (tmp_path / "cmp" / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_recalled_values_are_tagged_and_cleanrl_carries_its_std():
     der = ref.load_series("atari100k/der")
     point = der.value_at("ms_pacman", 400_000)

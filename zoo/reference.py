@@ -11,6 +11,10 @@ them. Ids follow ``<origin>/<name>``:
   ``baselines/atari/data/<game>.json``), one point per iteration of 1M frames, mean/min/max over 5
   seeds of the *training* return in that iteration (protocol ``dopamine_2018``: sticky actions
   with the minimal action set, as Dopamine's ``atari_lib.py`` makes its environments).
+- ``published/BTR``: Beyond The Rainbow's evaluation curves as its authors publish them
+  (VIPTankz/BeyondTheRainbowICML ``results.csv``), 19 games, one point per 1M frames to 200M,
+  each the mean of 100 evaluation episodes (protocol ``dopamine_2018``, the closest zoo has; the
+  series' source names what BTR's evaluation does differently).
 - ``atari100k/der``: data-efficient Rainbow on Atari 100k (400k frames); aggregates checked in
   rliable's notebook [V], per-game values recalled [R].
 - ``cleanrl/dqn_cartpole``: CleanRL's documented ``dqn.py`` result on CartPole-v1 (protocol
@@ -19,9 +23,9 @@ them. Ids follow ``<origin>/<name>``:
   (documented run, not published)" and never called published.
 
 A lookup answers only at a budget the series has (:meth:`Series.value_at`): Dopamine's curves at
-every multiple of 1M frames, a paper's final score only at its budget. A comparison refuses a
-series whose protocol differs from the run's (:func:`check_protocol` raises
-:class:`ProtocolMismatchError`).
+every multiple of 1M frames, a paper's final score only at its budget, a ``points`` table at the
+frames it lists. A comparison refuses a series whose protocol differs from the run's
+(:func:`check_protocol` raises :class:`ProtocolMismatchError`).
 
 Human-normalised scores follow Mnih et al. 2015: ``(score - random) / (human - random)``, with the
 random and human scores of deepmind/dqn_zoo ``atari_data.py`` (:func:`human_normalized`).
@@ -317,6 +321,44 @@ def _curves(file: str) -> dict[str, dict[str, list[Point]]]:
     return out
 
 
+#: The columns every ``points`` table has; ``min``, ``max``, ``std``, ``seeds`` and ``tag`` are
+#: optional (a column left out, or a blank cell, is unknown).
+POINTS_COLUMNS = ("game", "frames", "mean")
+
+
+def _optional_float(row: Mapping[str, str | None], column: str) -> float | None:
+    value = (row.get(column) or "").strip()
+    return float(value) if value else None
+
+
+@functools.cache
+def _points(file: str) -> dict[str, tuple[Point, ...]]:
+    """A long table of per-game points (``game,frames,mean[,min,max,std,seeds,tag]``, one row per
+    game and budget): game as spelt in the file -> its points by frames.
+
+    Raises:
+      ValueError: a required column is missing.
+    """
+    rows = _read_csv(data_path() / file)
+    missing = [c for c in POINTS_COLUMNS if rows and c not in rows[0]]
+    if missing:
+        raise ValueError(f"{file} lacks the column(s) {', '.join(missing)} of a points table")
+    out: dict[str, list[Point]] = {}
+    for row in rows:
+        seeds = (row.get("seeds") or "").strip()
+        point = Point(
+            frames=int(row["frames"]),
+            mean=float(row["mean"]),
+            min=_optional_float(row, "min"),
+            max=_optional_float(row, "max"),
+            std=_optional_float(row, "std"),
+            seeds=int(seeds) if seeds else None,
+            tag=(row.get("tag") or "").strip() or None,
+        )
+        out.setdefault(row["game"], []).append(point)
+    return {game: tuple(sorted(ps, key=lambda p: p.frames)) for game, ps in out.items()}
+
+
 def _build(series_id: str, entry: Mapping[str, Any], where: str) -> Series:
     games: dict[str, tuple[Point, ...]] = {}
     names: dict[str, str] = {}
@@ -342,6 +384,15 @@ def _build(series_id: str, entry: Mapping[str, Any], where: str) -> Series:
             games[game_key(game)] = tuple(points)
             names[game_key(game)] = game
         window = window or DOPAMINE_ITERATION_FRAMES
+    elif "points" in entry:
+        file = entry["points"]["file"]
+        try:
+            table = _points(file)
+        except ValueError as e:
+            raise UnknownSeriesError(f"{where}: series {series_id}: {e}") from None
+        for game, points in table.items():
+            games[game_key(game)] = points
+            names[game_key(game)] = game
     for game, points in (entry.get("games") or {}).items():
         rows = points if isinstance(points, list) else [points]
         games[game_key(game)] = tuple(
