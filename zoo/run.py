@@ -721,11 +721,8 @@ def _train_in_group(request: TrainRequest, group: Any) -> RunResult:
             )
         return result
     except RunRefusedError:
-        # a new run refused before it trained (the update's working memory is known only once
-        # it is compiled, after the directory is written) leaves no run behind
-        if mode == "new" and group.main and not group.several:
-            with contextlib.suppress(OSError):
-                rundir.undo_creation(run_path)
+        if group.main and not group.several:
+            _forget_refused(run_path, mode)
         raise
     except RunError as e:
         if group.main:
@@ -734,6 +731,14 @@ def _train_in_group(request: TrainRequest, group: Any) -> RunResult:
         raise
     finally:
         lock.release()
+
+
+def _forget_refused(run_path: Path, mode: str) -> None:
+    """A new run refused before it trained (the update's working memory is known only once it
+    is compiled, after the directory is written) leaves no run behind."""
+    if mode == "new":
+        with contextlib.suppress(OSError):
+            rundir.undo_creation(run_path)
 
 
 def _check_processes(run_path: Path, settings: RunSettings, processes: int) -> None:
@@ -826,11 +831,7 @@ def _train_alone(request: TrainRequest) -> RunResult:
         )
         return result
     except RunRefusedError:
-        # a new run refused before it trained (the update's working memory is known only once
-        # it is compiled, after the directory is written) leaves no run behind
-        if mode == "new":
-            with contextlib.suppress(OSError):
-                rundir.undo_creation(run_path)
+        _forget_refused(run_path, mode)
         raise
     except RunError as e:
         with contextlib.suppress(OSError):
