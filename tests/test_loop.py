@@ -86,10 +86,12 @@ def run_compiled(spec, num_envs, chunks=(100, 150, 50)):
     handle = env.xla()[0]
     done = jnp.zeros((num_envs,), bool)
     returns = []
-    for length in chunks:
-        carry, handle, done, steps = loop.chunk(carry, handle, done, length)
+    # one program of the longest chunk, run for each chunk's count of steps (traced), as the
+    # compiled driver runs a whole run: one compilation, not one per chunk length
+    for count in chunks:
+        carry, handle, done, steps = loop.chunk(carry, handle, done, count, max(chunks))
         rows = jax.tree.map(np.asarray, steps)
-        for t in range(length):
+        for t in range(count):
             returns += [
                 e.episode_return for e in tracker.update(jax.tree.map(lambda x, t=t: x[t], rows))
             ]
