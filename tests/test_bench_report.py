@@ -146,3 +146,25 @@ def test_a_suite_scored_by_training_reads_each_runs_training_games(bench):
                 assert (run.score, run.statistic) == (last["mean_return"], "evaluation")
                 assert run.note == "no training statistic at the budget: evaluation at the budget"
     assert any(r.statistic == "training" for r in data.runs)
+
+
+def test_one_seed_per_game_is_named_not_read_as_95_percent_confidence(bench, tmp_path):
+    """With one run per game the stratified bootstrap has zero-width intervals; the report must
+    not turn them into "do not overlap ... at 95% confidence" (a 2-game, 1-seed MinAtar bench
+    did before this check)."""
+    import shutil
+
+    root, _, _ = bench
+    single = tmp_path / "single"
+    for algo in ALGOS:
+        src = root / algo / "CartPole-v1" / "seed0"
+        shutil.copytree(src, single / algo / "CartPole-v1" / "seed0")
+    report.write_report(single, tmp_path / "out", suite="classic", reps=200)
+    md = (tmp_path / "out" / "bench.md").read_text()
+    supported = md.split("## What the intervals support", 1)[1].split("\n## ", 1)[0]
+    assert "one run per game" in supported and "support no comparison" in supported
+    assert "95% confidence" not in supported and "improves on" not in supported
+    # with two seeds each (the module's report) the comparison is made
+    full = (root / "report" / "bench.md").read_text()
+    full_supported = full.split("## What the intervals support", 1)[1].split("\n## ", 1)[0]
+    assert "one run per game" not in full_supported and "IQM:" in full_supported

@@ -481,11 +481,27 @@ def _per_game_cell(runs: Sequence[BenchRun]) -> str:
 def _verdicts(
     aggregates: Mapping[str, Mapping[str, stats.Interval]],
     poi: Mapping[tuple[str, str], stats.Interval],
+    runs: Mapping[str, int],
 ) -> list[str]:
+    """What the intervals support, pair by pair.
+
+    The bootstrap is stratified by game (Agarwal et al. 2021): it resamples runs within each
+    game, so an algorithm with one run per game gets zero-width intervals that would read as
+    certainty. Such pairs are named as untested instead of compared.
+    """
     lines = []
     names = list(aggregates)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
+            single = [x for x in (a, b) if runs.get(x, 0) < 2]
+            if single:
+                lines.append(
+                    f"{a} against {b}: {' and '.join(single)} "
+                    f"{'has' if len(single) == 1 else 'have'} one run per game, so the "
+                    "stratified bootstrap has nothing to resample and the intervals have zero "
+                    "width: these runs support no comparison (run 2 or more seeds, e.g. --seeds 3)."
+                )
+                continue
             ia, ib = aggregates[a]["iqm"], aggregates[b]["iqm"]
             if ia.overlaps(ib):
                 lines.append(
@@ -675,7 +691,7 @@ def write_report(
                 predicted[algo] = stats.predicted_atari57_median(means, chosen.predictor_weights)
             except BenchError as e:
                 data.notes.append(f"{algo}: no Atari-5 prediction ({e})")
-    verdicts = _verdicts(aggregates, poi)
+    verdicts = _verdicts(aggregates, poi, {a: s.shape[0] for a, s in m.scores.items()})
     label = _NORMALISED_LABEL[m.normalisation]
     paths = _plots(out_dir, aggregates, profiles, poi, frames, efficiency, label)
     fallbacks = [r for r in data.runs if r.statistic is not None and r.statistic != statistic]
