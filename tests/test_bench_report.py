@@ -7,6 +7,7 @@ learning. A seed folder left empty stands for a run that never started.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -152,8 +153,6 @@ def test_one_seed_per_game_is_named_not_read_as_95_percent_confidence(bench, tmp
     """With one run per game the stratified bootstrap has zero-width intervals; the report must
     not turn them into "do not overlap ... at 95% confidence" (a 2-game, 1-seed MinAtar bench
     did before this check)."""
-    import shutil
-
     root, _, _ = bench
     single = tmp_path / "single"
     for algo in ALGOS:

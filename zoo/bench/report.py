@@ -493,7 +493,7 @@ def _verdicts(
     names = list(aggregates)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
-            single = [x for x in (a, b) if runs.get(x, 0) < 2]
+            single = [x for x in (a, b) if runs[x] < 2]
             if single:
                 lines.append(
                     f"{a} against {b}: {' and '.join(single)} "
