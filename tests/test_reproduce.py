@@ -194,3 +194,61 @@ def test_games_resolve_from_every_spelling_of_the_reference_tables():
     assert game_env_id("ms_pacman") == "MsPacman-v5"
     assert game_env_id("PongNoFrameskip-v4") == "Pong-v5"
     assert game_env_id("CartPole-v1") == "CartPole-v1"
+
+
+def test_ctrl_c_stops_the_matrix_starts_no_further_seed_and_writes_no_comparison(tmp_path):
+    """SIGINT to `zoo reproduce --seeds 2` once seed 0 has a checkpoint: seed 0 saves one where it
+    stopped, seed 1 never starts, and no comparison (of runs at unequal budgets) is written; exit
+    130 with the command to resume. Before the fix seed 1 started and a comparison followed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "r"
+    seed0 = root / PRESET / "CartPole-v1" / "seed0"
+    budget = 40_000
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from zoo.cli import main; sys.exit(main())",
+        "reproduce",
+        PRESET,
+        "--seeds",
+        "2",
+        "--frames",
+        str(budget),
+        "--checkpoint-every",
+        "500",
+        "--run-dir",
+        str(root),
+        "--progress",
+        "off",
+        *FAST,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def steps() -> list[int]:
+        ckpt = seed0 / "checkpoints"
+        names = ckpt.iterdir() if ckpt.is_dir() else []
+        return sorted(int(p.name) for p in names if p.name.isdigit())
+
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        deadline = time.time() + 300
+        while not steps():
+            assert process.poll() is None, process.stdout.read()
+            assert time.time() < deadline, "seed 0 took too long to checkpoint"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, out
+    stopped = steps()[-1]
+    assert 0 < stopped < budget, out
+    assert f"{seed0}: interrupted at {stopped:,} env steps (checkpoint saved)" in out
+    assert "interrupt: 1 run(s) not started and no comparison written" in out
+    assert not (root / PRESET / "CartPole-v1" / "seed1").exists()
+    assert not any((root / f"comparison.{ext}").exists() for ext in ("md", "json", "png"))
+    assert "Traceback" not in out

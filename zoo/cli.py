@@ -382,6 +382,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     except RunError as e:
         print(f"zoo reproduce: {e}", file=sys.stderr)
         return 1
+    if result.interrupted or result.comparison is None:
+        return 130  # reproduce said which run stopped and how to resume
     print(format_table(result.comparison), end="")
     outputs = result.outputs
     print(f"wrote {outputs['md']}, {outputs['json'].name}, {outputs['png'].name}")
@@ -906,6 +908,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except registry.UnknownComponentError as e:
         print(f"zoo: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
+    except KeyboardInterrupt:
+        # Ctrl-C outside a training loop (which takes it over and saves a checkpoint): during a
+        # command's setup, a restore or an evaluation; a run keeps its last checkpoint
+        print("zoo: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # `zoo show dqn | head`: the reader left; exit quietly as other command-line tools do
         with contextlib.suppress(OSError):

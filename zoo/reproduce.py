@@ -14,6 +14,10 @@ Then the runs are compared with the preset's reference series exactly as ``zoo c
 (:mod:`zoo.compare`), at the budget trained to, and ``comparison.md``, ``comparison.json`` and
 ``comparison.png`` are written into ``RUN_DIR``. ``frames`` sets the budget in frames: agent steps =
 frames / the protocol's frame skip (4 on Atari, 1 elsewhere).
+
+Ctrl-C (SIGINT) stops the matrix as it stops ``zoo bench``: the running run saves a checkpoint and
+stops, no further run starts, and no comparison is written (one of runs at unequal budgets would
+be compared at the shortest); rerunning the same command resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -39,12 +43,23 @@ class ReproduceError(ValueError):
 
 @dataclass
 class ReproduceResult:
-    """What :func:`reproduce` did: per run its directory and status, and the comparison."""
+    """What :func:`reproduce` did: per run its directory and status, and the comparison.
+
+    Attributes:
+      runs: (directory, status) of each run made or reused, in matrix order.
+      comparison: the comparison, or ``None`` when ``interrupted``.
+      outputs: the written ``md``, ``json`` and ``png`` files (empty when ``interrupted``).
+      env_steps: the budget in agent steps.
+      interrupted: Ctrl-C stopped a run (its checkpoint saved) and the runs after it did not
+        start; ``not_started`` counts them.
+    """
 
     runs: list[tuple[Path, str]]
-    comparison: compare_lib.Comparison
+    comparison: compare_lib.Comparison | None
     outputs: dict[str, Path] = field(default_factory=dict)
     env_steps: int = 0
+    interrupted: bool = False
+    not_started: int = 0
 
 
 def game_env_id(game: str) -> str:
@@ -168,9 +183,23 @@ def reproduce(
     try:
         for target in targets:  # every folder checked before any run trains
             check_target(target)
-        for target in targets:
-            outcome = ensure_run(target, progress=progress, log=log)
-            done.append((outcome.path, outcome.status))
+        for i, target in enumerate(targets):
+            try:
+                outcome = ensure_run(target, progress=progress, log=log)
+            except KeyboardInterrupt:  # before the run's loop took the signal over (its setup)
+                log(f"{target.path}: interrupted before training (any checkpoint it had is kept)")
+                outcome = None
+            if outcome is not None:
+                done.append((outcome.path, outcome.status))
+            if outcome is None or outcome.interrupted:
+                left = len(targets) - i - 1
+                log(
+                    f"interrupt: {left} run(s) not started and no comparison written; rerun the "
+                    "same command to resume (finished runs are reused)"
+                )
+                return ReproduceResult(
+                    runs=done, comparison=None, env_steps=steps, interrupted=True, not_started=left
+                )
     except TargetError as e:
         raise ReproduceError(str(e)) from None
     comparison = compare_lib.compare([p for p, _ in done], reference=reference, env_steps=steps)
