@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from processes import checkpoint_steps as _steps
+from processes import wait_while_running
 
 from zoo.bench.local import admit, run_local
 from zoo.matrix import agent_steps
@@ -151,11 +153,6 @@ FAST += ["--eval-max-steps", "1000"]  # never binding here (2 CartPole games ≤
 KEYS = [f"{a}/CartPole-v1/seed{s}" for s in (0, 1) for a in ("dqn_cartpole", "double_dqn_cartpole")]
 
 
-def _steps(run: Path) -> list[int]:
-    ckpt = run / "checkpoints"
-    return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.is_dir() else []
-
-
 def _snapshot(run: Path) -> dict[str, object]:
     files = sorted(p for p in (run / "checkpoints").rglob("*") if p.is_file())
     return {
@@ -190,11 +187,11 @@ def test_bench_classic_interrupted_then_rerun_reuses_resumes_and_reports(tmp_pat
     with subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as process:
-        deadline = time.time() + 300
-        while not (_steps(first)[-1:] == [BUDGET] and _steps(second)):
-            assert process.poll() is None, process.stdout.read()
-            assert time.time() < deadline, "the first runs took too long"
-            time.sleep(0.1)
+        wait_while_running(
+            process,
+            lambda: _steps(first)[-1:] == [BUDGET] and bool(_steps(second)),
+            "the first run finished and the second's checkpoint",
+        )
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=120)
     assert process.returncode == 130, out
@@ -267,12 +264,10 @@ def test_no_trainer_outlives_its_bench_killed_or_terminated(tmp_path):
         with subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         ) as process:
-            deadline = time.time() + 300
-            start = _steps(run)[-1:] or [0]
-            while not (_steps(run)[-1:] or [0])[0] > start[0]:  # a new checkpoint
-                assert process.poll() is None, process.stdout.read()
-                assert time.time() < deadline, "no checkpoint in time"
-                time.sleep(0.1)
+            start = (_steps(run)[-1:] or [0])[0]
+            wait_while_running(
+                process, lambda s=start: (_steps(run)[-1:] or [0])[0] > s, "a new checkpoint"
+            )
             process.send_signal(sig)
             out, _ = process.communicate(timeout=120)
         if sig == signal.SIGTERM:

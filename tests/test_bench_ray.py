@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import checkpoint_steps as _steps
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'zoo-rl[ray]'")
 
@@ -118,11 +119,6 @@ def ray_head():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(temp, ignore_errors=True)
-
-
-def _steps(run: Path) -> list[int]:
-    ckpt = run / "checkpoints"
-    return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.is_dir() else []
 
 
 def _snapshot(run: Path) -> dict[str, object]:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from processes import checkpoint_steps, wait_while_running
 
 from zoo import cli
 from zoo.metrics import read_jsonl
@@ -204,7 +205,6 @@ def test_ctrl_c_stops_the_matrix_starts_no_further_seed_and_writes_no_comparison
     import signal
     import subprocess
     import sys
-    import time
 
     root = tmp_path / "r"
     seed0 = root / PRESET / "CartPole-v1" / "seed0"
@@ -228,24 +228,14 @@ def test_ctrl_c_stops_the_matrix_starts_no_further_seed_and_writes_no_comparison
         *FAST,
     ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-
-    def steps() -> list[int]:
-        ckpt = seed0 / "checkpoints"
-        names = ckpt.iterdir() if ckpt.is_dir() else []
-        return sorted(int(p.name) for p in names if p.name.isdigit())
-
     with subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as process:
-        deadline = time.time() + 300
-        while not steps():
-            assert process.poll() is None, process.stdout.read()
-            assert time.time() < deadline, "seed 0 took too long to checkpoint"
-            time.sleep(0.1)
+        wait_while_running(process, lambda: bool(checkpoint_steps(seed0)), "seed 0's checkpoint")
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=120)
     assert process.returncode == 130, out
-    stopped = steps()[-1]
+    stopped = checkpoint_steps(seed0)[-1]
     assert 0 < stopped < budget, out
     assert f"{seed0}: interrupted at {stopped:,} env steps (checkpoint saved)" in out
     assert "interrupt: 1 run(s) not started and no comparison written" in out

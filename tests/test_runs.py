@@ -20,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import yaml
+from processes import checkpoint_steps, wait_while_running
 
 import zoo
 from zoo.metrics import JsonlWriter, read_jsonl
@@ -121,15 +122,9 @@ def test_resume_continues_counters_and_metrics(tmp_path):
 
 
 def wait_for_checkpoint(run: Path, process: subprocess.Popen, timeout: float = 240) -> int:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert process.poll() is None, process.communicate()[1][-2000:]
-        ckpt = run / "checkpoints"
-        steps = [int(p.name) for p in ckpt.iterdir() if p.name.isdigit()] if ckpt.exists() else []
-        if steps:
-            return max(steps)
-        time.sleep(0.2)
-    raise AssertionError("no checkpoint appeared")
+    """The env steps of ``run``'s first checkpoint, once written by the running ``process``."""
+    wait_while_running(process, lambda: bool(checkpoint_steps(run)), "a checkpoint", timeout, 0.2)
+    return checkpoint_steps(run)[-1]
 
 
 def test_sigkill_then_resume_has_no_gaps_or_duplicates(tmp_path):
