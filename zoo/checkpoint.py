@@ -198,7 +198,7 @@ HOLE_BYTES = 64 * 2**10
 """Smallest all-zero piece left as a hole in the file rather than written (see ``save``)."""
 
 
-def _write_or_skip(f: Any, piece: np.ndarray, data: memoryview) -> None:
+def _write_or_skip(f: Any, data: memoryview) -> None:
     """Write ``data`` at ``f``'s position, or seek past it when it is all zero bytes.
 
     The unfilled part of a replay is zeros: a run's first checkpoints of a 1M-transition Atari
@@ -206,15 +206,14 @@ def _write_or_skip(f: Any, piece: np.ndarray, data: memoryview) -> None:
     file (on file systems without holes, zeros), which read back as zeros, so the bytes, the
     ``.npy`` format and the checksum are unchanged; the file takes the disk of what was stored.
     """
-    if len(data) >= HOLE_BYTES and not _any_nonzero(piece):
+    if len(data) >= HOLE_BYTES and not _any_nonzero(np.frombuffer(data, np.uint8)):
         f.seek(len(data), os.SEEK_CUR)
     else:
         f.write(data)
 
 
-def _any_nonzero(piece: np.ndarray) -> bool:
-    """Whether any *byte* of ``piece`` is non-zero (``-0.0`` is a non-zero byte pattern)."""
-    raw = piece.reshape(-1).view(np.uint8)
+def _any_nonzero(raw: np.ndarray) -> bool:
+    """Whether any byte of ``raw`` (bytes, so ``-0.0`` counts as non-zero) is non-zero."""
     wide = raw[: raw.size - raw.size % 8].view(np.uint64)
     return bool(wide.any() or raw[wide.size * 8 :].any())
 
@@ -273,7 +272,7 @@ class ArrayFilesHandler(ocp.CheckpointHandler):
                 for piece in _host_chunks(leaf, args.chunk_bytes):
                     data = memoryview(piece.view(np.uint8))
                     crc = zlib.crc32(data, crc)
-                    _write_or_skip(f, piece, data)
+                    _write_or_skip(f, data)
                 f.truncate()  # a trailing hole: the file's size is its end, not the last write
                 f.flush()
                 os.fsync(f.fileno())
