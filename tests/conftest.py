@@ -1,21 +1,44 @@
-"""Test-session settings.
+"""Test-session settings: the tiers, the shared fixtures and JAX's compilation cache.
 
-JAX's persistent compilation cache, shared by the session and the processes its tests start:
-many tests compile the same programs (each seed of a run, the same preset in several tests, a
-trainer and its resume, every ``zoo`` subprocess), and the cache compiles each once. Its key
-covers the program, the JAX and XLA versions, the backend, the devices and the compile options,
-so a hit is the executable XLA would have built. A session starts with an empty cache in a
-temporary folder, removed at its end; set ``JAX_COMPILATION_CACHE_DIR`` to share one between
-sessions (``.ci/run`` shares one between its concurrent pytest sessions).
+**Tiers.** Every test carries exactly one tier marker (declared in ``pyproject.toml``; what each
+holds, its command and what it takes: ``docs/testing.md``): ``unit``, ``compiled``, ``run`` (the
+fast tiers, the README's ``pytest``), ``process``, ``long`` and ``learning`` (CI's). A module of
+one tier says so once (``pytestmark``); in a mixed module each test carries its own. A test with
+no tier or with two is refused at collection, so no test falls outside every command. Modules are
+run heaviest tier first, so that on several workers the long tests start early instead of
+ending the session alone.
+
+**Shared fixtures.** ``cli`` runs ``zoo`` in-process (a subprocess only where a test is about a
+process); ``finished_run`` is a copy of one small finished run trained once per test process
+(each test may resume or damage its copy); ``tiny`` gives the overrides that make a catalogue
+entry train in seconds on CartPole.
+
+**Compilation cache.** JAX's persistent compilation cache is shared by the session, its xdist
+workers and the processes its tests start: many tests compile the same programs (each seed of a
+run, the same preset in several tests, a trainer and its resume, every ``zoo`` subprocess), and
+the cache compiles each once. Its key covers the program, the JAX and XLA versions, the backend,
+the devices and the compile options, so a hit is the executable XLA would have built. A session
+starts with an empty cache in a temporary folder, removed at its end; set
+``JAX_COMPILATION_CACHE_DIR`` to share one between sessions (``.ci/run`` shares one between its
+pytest sessions).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
-# before anything imports jax: JAX reads these when it is first imported
+import pytest
+
+# before anything imports jax: JAX reads these when it is first imported. xdist's workers start
+# after the controller has read this file, and inherit its environment (one cache for all).
 _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _OWN_CACHE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="zoo-tests-jax-cache-")
@@ -27,8 +50,145 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # processes may write one entry at once; a reader that meets a partly written entry fails to
 # decompress it, warns and compiles (jax._src.compiler._cache_read), so nothing is wrong, only slow.
 
+#: The tiers, fastest first (pyproject.toml declares each with its description).
+TIERS = ("unit", "compiled", "run", "process", "long", "learning")
 
-def pytest_unconfigure(config: object) -> None:
-    """Remove the session's own cache folder."""
-    if _OWN_CACHE:
+
+def _is_xdist_worker() -> bool:
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's own cache folder (the controller's, once its workers are done)."""
+    if _OWN_CACHE and not _is_xdist_worker():
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+
+
+def tier_of(item: pytest.Item) -> list[str]:
+    """The tier markers of a test, its module's ``pytestmark`` included (one if well marked)."""
+    return sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a test with no tier or several (before ``-m`` deselects any), then order modules
+    by their heaviest tier, heaviest first, keeping each module's tests together and in order."""
+    problems = [
+        f"{item.nodeid}: {', '.join(tiers) or 'no tier'}"
+        for item in items
+        if len(tiers := tier_of(item)) != 1
+    ]
+    if problems:
+        raise pytest.UsageError(
+            "every test needs exactly one tier marker out of "
+            f"{', '.join(TIERS)} (pyproject.toml, docs/testing.md):\n  " + "\n  ".join(problems)
+        )
+    rank = {tier: i for i, tier in enumerate(TIERS)}
+    heaviest: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        heaviest[module] = max(heaviest.get(module, 0), rank[tier_of(item)[0]])
+    items.sort(key=lambda item: -heaviest[item.nodeid.split("::")[0]])
+
+
+# ------------------------------------------------------------------------------ the CLI in-process
+
+
+@dataclasses.dataclass(frozen=True)
+class CliResult:
+    """What ``zoo ARGV`` did: its exit status and what it wrote to stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+
+    def __iter__(self):  # unpacks as (code, out, err)
+        return iter((self.code, self.out, self.err))
+
+
+def run_cli(*argv: str) -> CliResult:
+    """``zoo ARGV`` in this process (argparse's exits become the status it would exit with)."""
+    from zoo import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def cli() -> Callable[..., CliResult]:
+    """``cli("train", "dqn", ...)``: ``zoo`` in-process; returns :class:`CliResult`."""
+    return run_cli
+
+
+# --------------------------------------------------------------------------- tiny specs by name
+
+#: Overrides that make an entry train in seconds on CartPole: a small network, a replay that
+#: fills within a few hundred transitions, ε and the target network on the same short clock.
+_TINY_REPLAY = {
+    "network.hidden": [32],
+    "replay.capacity": 5000,
+    "replay.min_size": 200,
+    "schedule.epsilon.steps": 500,
+}
+_TINY: Mapping[str, Mapping[str, Any]] = {
+    "dqn_cartpole": {"replay.min_size": 200, "replay.capacity": 5000, "network.hidden": [32]},
+    "dqn": _TINY_REPLAY,
+    "prioritized_ddqn": _TINY_REPLAY,
+    "qr_dqn": {**_TINY_REPLAY, "network.head.num_quantiles": 8},
+    "iqn": {
+        **_TINY_REPLAY,
+        "network.head.num_samples": 8,
+        "network.head.num_target_samples": 8,
+        "network.head.num_policy_samples": 8,
+    },
+}
+
+
+def tiny_overrides(name: str) -> dict[str, Any]:
+    """The overrides that make ``name`` a tiny CartPole run (a copy; unknown names are refused)."""
+    if name not in _TINY:
+        raise KeyError(f"no tiny overrides for {name!r}; known: {', '.join(sorted(_TINY))}")
+    return dict(_TINY[name])
+
+
+@pytest.fixture
+def tiny() -> Callable[[str], dict[str, Any]]:
+    """``tiny("dqn")``: overrides of a tiny CartPole run of that entry."""
+    return tiny_overrides
+
+
+# ------------------------------------------------------------------------- one finished run
+
+#: The settings of the shared finished run: 1,200 transitions of ``dqn_cartpole`` (tiny),
+#: checkpoints at 400, 800 and 1,200, a record every 100 and one 2-game evaluation at the end.
+FINISHED_RUN = {
+    "algorithm": "dqn_cartpole",
+    "total_env_steps": 1200,
+    "overrides": _TINY["dqn_cartpole"],
+    "eval_every": 1200,
+    "eval_episodes": 2,
+    "checkpoint_every": 400,
+    "log_every": 100,
+}
+
+
+@pytest.fixture(scope="session")
+def finished_run_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The finished run, trained once per test process; tests use a copy (``finished_run``)."""
+    import zoo
+
+    run = tmp_path_factory.mktemp("finished") / "dqn"
+    result = zoo.train(**FINISHED_RUN, run_dir=run, progress=False)
+    assert result.env_steps == FINISHED_RUN["total_env_steps"]
+    return run
+
+
+@pytest.fixture
+def finished_run(finished_run_template: Path, tmp_path: Path) -> Path:
+    """A copy of the finished run of :data:`FINISHED_RUN`, the test's own to resume or damage."""
+    return Path(shutil.copytree(finished_run_template, tmp_path / "finished"))

@@ -57,6 +57,7 @@ def _train(tmp_path: Path, name: str, **kw):
     return zoo.train("dqn", run_dir=tmp_path / name, **settings)
 
 
+@pytest.mark.run
 def test_async_run_holds_its_lag_and_replay_ratio_and_does_the_host_drivers_updates(tmp_path):
     sync = _train(tmp_path, "host", loop="host")
     run = _train(tmp_path, "async", loop="async")
@@ -77,6 +78,7 @@ def test_async_run_holds_its_lag_and_replay_ratio_and_does_the_host_drivers_upda
     assert last["async_ratio_gap"] > 4
 
 
+@pytest.mark.run
 def test_async_lag_bound_is_the_setting(tmp_path):
     run = _train(tmp_path, "lag3", loop="async", max_lag=3)
     last = read_jsonl(run.run_dir / "metrics.jsonl")[-1]
@@ -85,6 +87,7 @@ def test_async_lag_bound_is_the_setting(tmp_path):
     assert RunDir(run.run_dir).settings().max_lag == 3  # recorded: a resume keeps it
 
 
+@pytest.mark.run
 def test_async_run_resumes_from_its_checkpoint(tmp_path):
     first = _train(tmp_path, "resume", loop="async", total_env_steps=600)
     assert first.env_steps == 600
@@ -96,6 +99,7 @@ def test_async_run_resumes_from_its_checkpoint(tmp_path):
     assert resumed.updates == ((1_200 - 400) // 4 + 1) * 4
 
 
+@pytest.mark.unit
 def test_placement_defaults_and_refusals():
     only = jax.local_devices()[0]
     placement = Placement.choose()
@@ -109,6 +113,7 @@ def test_placement_defaults_and_refusals():
         Placement.choose("gpu0")
 
 
+@pytest.mark.run
 def test_async_settings_are_refused_without_the_async_driver(tmp_path):
     with pytest.raises(RunRefusedError, match="use them with --loop async"):
         zoo.train("dqn_cartpole", run_dir=tmp_path / "r", loop="host", max_lag=2)
@@ -141,6 +146,7 @@ def _forced_devices_cli(tmp_path: Path, *args: str, timeout: int = 900):
     )
 
 
+@pytest.mark.process
 def test_async_on_forced_devices_places_the_actor_and_a_data_parallel_learner(tmp_path):
     run = tmp_path / "run"
     out = _forced_devices_cli(
@@ -176,6 +182,7 @@ class _FailingCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+@pytest.mark.run
 def test_an_actor_failure_stops_the_run_with_its_error_and_the_thread(tmp_path):
     if "ZooFailingCartPole-v0" not in gym.registry:
         gym.register("ZooFailingCartPole-v0", entry_point=_FailingCartPole)
@@ -204,7 +211,8 @@ def _peak_gib(argv: list[str], cwd: Path) -> float:
     return usage.ru_maxrss / 2**20  # KiB on Linux
 
 
-@pytest.mark.slow
+@pytest.mark.process
+@pytest.mark.xdist_group("atari_replay")
 def test_async_atari_run_and_its_resume_hold_one_replay(tmp_path):
     """A 300k-transition Atari replay (2 GB) on the learner's own device: the new run, its
     checkpoint with the replay, and the resume that restores it stay within the replay's bytes

@@ -13,10 +13,11 @@ import pytest
 import zoo
 from zoo.metrics import read_jsonl
 
+pytestmark = pytest.mark.long
+
 SMALL_REPLAY = {"replay.capacity": 4000, "replay.min_size": 500}
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_pong_train_checkpoint_resume_eval(tmp_path):
     run = tmp_path / "pong"

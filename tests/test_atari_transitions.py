@@ -29,6 +29,8 @@ from zoo.learner import Learner
 from zoo.loop import Loop
 from zoo.run import replay_for_env
 
+pytestmark = pytest.mark.compiled
+
 GAME = "Breakout-v5"
 SEED = 11
 NUM_ENVS = 2

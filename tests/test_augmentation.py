@@ -29,6 +29,7 @@ def found_offset(image: np.ndarray, shifted: np.ndarray, pad: int) -> list[tuple
     ]
 
 
+@pytest.mark.compiled
 def test_random_shift_crops_the_edge_padded_image_at_one_offset_per_example():
     pad = 2
     images = np.asarray(jax.random.randint(jax.random.key(0), (64, 2, 7, 6), 0, 256), np.uint8)
@@ -46,6 +47,7 @@ def test_random_shift_crops_the_edge_padded_image_at_one_offset_per_example():
     assert {dy for dy, _ in offsets} == {dx for _, dx in offsets} == set(range(2 * pad + 1))
 
 
+@pytest.mark.compiled
 def test_shift_images_equals_numpy_pad_and_crop():
     images = np.asarray(jax.random.normal(jax.random.key(2), (3, 1, 5, 8)))
     offsets = np.array([[0, 0], [3, 1], [6, 6]])  # pad 3: shifts (-3, -3), (0, -2), (3, 3)
@@ -56,6 +58,7 @@ def test_shift_images_equals_numpy_pad_and_crop():
     np.testing.assert_array_equal(out[1, :, :, :], padded[1, :, 3:8, 1:9])
 
 
+@pytest.mark.compiled
 def test_random_shift_is_deterministic_given_the_key():
     images = jax.random.normal(jax.random.key(3), (16, 1, 6, 6))
     a = random_shift(jax.random.key(4), images, pad=2)
@@ -63,6 +66,7 @@ def test_random_shift_is_deterministic_given_the_key():
     assert not np.array_equal(a, random_shift(jax.random.key(5), images, pad=2))
 
 
+@pytest.mark.unit
 def test_random_shift_refuses_vector_observations():
     with pytest.raises(ValueError, match=r"images \[B, \.\.\., H, W\]; got observations of shape"):
         random_shift(jax.random.key(0), jnp.zeros((8, 4)), pad=4)
@@ -81,6 +85,7 @@ def transitions(batch: int = 8, shape=(2, 6, 6), actions: int = 3, seed: int = 0
     )
 
 
+@pytest.mark.compiled
 def test_both_observations_are_augmented_independently_and_nothing_else():
     augment = build_augmentation(zoo.spec.RandomShift(pad=2))
     batch = transitions()
@@ -108,6 +113,7 @@ def test_both_observations_are_augmented_independently_and_nothing_else():
 # ------------------------------------------------------------------------------------ the spec
 
 
+@pytest.mark.unit
 def test_the_spec_names_the_augmentation_and_refuses_rollouts_and_sequences():
     assert zoo.load_algorithm("dqn").augmentation is None
     spec = zoo.load_algorithm("dqn", overrides={"augmentation": "random_shift"})
@@ -133,6 +139,7 @@ def test_the_spec_names_the_augmentation_and_refuses_rollouts_and_sequences():
         zoo.load_algorithm("r2d2", overrides={"augmentation": "random_shift"})
 
 
+@pytest.mark.compiled
 def test_a_users_augmentation_registers_validates_and_follows_the_rules():
     class Invert(zoo.spec.Augmentation):
         """255 − x on uint8 frames (a made-up augmentation for the test)."""
@@ -158,6 +165,7 @@ def test_a_users_augmentation_registers_validates_and_follows_the_rules():
 # --------------------------------------------------------------------------------- the learner
 
 
+@pytest.mark.compiled
 def test_the_learner_augments_with_a_key_split_from_the_update_key():
     overrides = {
         "network.torso": {"kind": "minatar_cnn", "channels": 2},
@@ -209,6 +217,7 @@ def test_the_learner_augments_with_a_key_split_from_the_update_key():
         ),
     ],
 )
+@pytest.mark.compiled
 def test_train_refuses_observations_the_spec_cannot_take(tmp_path, monkeypatch, args, message):
     """An augmentation or torso that cannot take the environment's observations is refused by
     name before anything is built (it used to end in a traceback inside the first update), and

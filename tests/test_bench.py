@@ -49,6 +49,7 @@ class Fake:
         return "ok"
 
 
+@pytest.mark.unit
 def test_admit_keeps_jobs_within_memory_cores_and_count():
     @dataclass(frozen=True)
     class J:
@@ -66,6 +67,7 @@ def test_admit_keeps_jobs_within_memory_cores_and_count():
     assert admit([a], [J("big", 8)], memory=8, cpus=8, jobs=4) == []
 
 
+@pytest.mark.unit
 def test_local_executor_never_exceeds_memory_or_jobs_with_real_children(tmp_path):
     memories = [5, 4, 3, 3, 2, 4]
     jobs = [
@@ -109,6 +111,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.unit
 def test_bench_refuses_bad_input_before_anything_runs(tmp_path):
     root = tmp_path / "b"
     cases = {
@@ -131,6 +134,7 @@ def test_bench_refuses_bad_input_before_anything_runs(tmp_path):
     assert code == 0 and "classic" in out and "atari100k" in out
 
 
+@pytest.mark.unit
 def test_frames_become_agent_steps_rounded_down_with_a_note():
     notes: list[str] = []
     assert agent_steps(400_000, 4, notes.append) == 100_000 and notes == []
@@ -162,6 +166,7 @@ def _snapshot(run: Path) -> dict[str, object]:
     }
 
 
+@pytest.mark.process
 def test_bench_classic_interrupted_then_rerun_reuses_resumes_and_reports(tmp_path):
     """One run at a time until the first has finished and the second has a checkpoint, then
     SIGINT to `zoo bench`: the second saves a checkpoint and stops, the last two never start.
@@ -233,6 +238,7 @@ def _stops(run: Path) -> list[str]:
     return [e["status"] for e in _events(run) if e["event"] == "stopped"]
 
 
+@pytest.mark.process
 def test_no_trainer_outlives_its_bench_killed_or_terminated(tmp_path):
     """SIGKILL to `zoo bench`: its running child notices, saves a checkpoint and stops (nothing
     trains on unseen). SIGTERM to the rerun: as Ctrl-C, the run checkpoints and the bench exits
@@ -282,6 +288,7 @@ def test_no_trainer_outlives_its_bench_killed_or_terminated(tmp_path):
     assert [e["event"] for e in _events(run)].count("resumed") == 1
 
 
+@pytest.mark.compiled
 def test_matrix_is_seed_major_then_game_then_algorithm(tmp_path):
     """A benchmark stopped part-way holds every algorithm on the same (game, seed) cells: the
     planned order is seed 0 of each game (suite order) and algorithm (as given), then seed 1."""

@@ -135,7 +135,8 @@ def _worker_pid(log: Path) -> int:
     return int(line.split(", pid ")[1].split(",")[0])
 
 
-@pytest.mark.slow
+@pytest.mark.process
+@pytest.mark.xdist_group("timing")
 def test_ray_launcher_rerun_after_a_killed_worker_completes_only_what_was_missing(
     ray_head, tmp_path
 ):
@@ -195,6 +196,7 @@ def test_ray_launcher_rerun_after_a_killed_worker_completes_only_what_was_missin
     assert json.loads((root / "bench.json").read_text())
 
 
+@pytest.mark.compiled
 def test_ray_launcher_without_a_cluster_says_how_to_start_one(tmp_path, capsys):
     from zoo import cli
 

@@ -58,6 +58,7 @@ def _last_eval(root, algo, seed):
     return read_jsonl(root / algo / "CartPole-v1" / f"seed{seed}" / "eval.jsonl")[-1]
 
 
+@pytest.mark.run
 def test_collect_reads_each_run_score_from_its_final_evaluation(bench):
     root, _, _ = bench
     data = report.collect(root)
@@ -72,6 +73,7 @@ def test_collect_reads_each_run_score_from_its_final_evaluation(bench):
             assert [f for f, _ in run.curve] == [500, 1000]
 
 
+@pytest.mark.unit
 def test_missing_runs_are_listed_not_dropped(bench):
     _, out, _ = bench
     payload = json.loads((out / "bench.json").read_text())
@@ -83,6 +85,7 @@ def test_missing_runs_are_listed_not_dropped(bench):
     assert f"{ALGOS[1]} · CartPole-v1 · seed 2: not started" in md
 
 
+@pytest.mark.unit
 def test_report_numbers_match_the_runs_records(bench):
     root, out, paths = bench
     for key in ("md", "json", "intervals", "profiles", "improvement", "sample_efficiency"):
@@ -111,6 +114,7 @@ def test_report_numbers_match_the_runs_records(bench):
     assert any(v.startswith("IQM") for v in payload["verdicts"])
 
 
+@pytest.mark.unit
 def test_a_report_without_a_suite_normalises_by_the_protocol_family(bench, tmp_path):
     root, _, _ = bench
     paths = report.write_report(root, tmp_path, reps=200)
@@ -126,6 +130,7 @@ def test_a_report_without_a_suite_normalises_by_the_protocol_family(bench, tmp_p
         assert payload["aggregates"][algo]["iqm"]["lo"] == pytest.approx(direct[algo]["iqm"].lo)
 
 
+@pytest.mark.unit
 def test_a_suite_scored_by_training_reads_each_runs_training_games(bench):
     """``statistic: training`` (MinAtar's suite): the score of every run is the mean return of
     its training games that ended in the last 10% of the budget, computed here from the log."""
@@ -149,6 +154,7 @@ def test_a_suite_scored_by_training_reads_each_runs_training_games(bench):
     assert any(r.statistic == "training" for r in data.runs)
 
 
+@pytest.mark.unit
 def test_one_seed_per_game_is_named_not_read_as_95_percent_confidence(bench, tmp_path):
     """With one run per game the stratified bootstrap has zero-width intervals; the report must
     not turn them into "do not overlap ... at 95% confidence" (a 2-game, 1-seed MinAtar bench

@@ -21,6 +21,8 @@ from zoo.bench.published import published, published_runs
 from zoo.bench.suites import SUITES, format_suites, get_suite
 from zoo.reproduce import game_env_id
 
+pytestmark = pytest.mark.unit
+
 # Agarwal et al. 2021 (Atari 100k, human-normalised, 26 games × 100 runs): IQM, median, mean
 PUBLISHED = {"DrQ(ε)": (0.280, 0.313, 0.465), "SPR": (0.337, 0.396, 0.616)}
 

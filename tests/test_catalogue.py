@@ -16,6 +16,8 @@ import pytest
 import zoo
 from zoo.learner import Learner
 
+pytestmark = pytest.mark.compiled
+
 OBS, ACTIONS, BATCH = (5,), 3, 8
 SMALL = {"network.hidden": [16], "replay.batch_size": BATCH}
 RECURRENT_SMALL = {

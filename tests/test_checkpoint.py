@@ -56,6 +56,7 @@ def _equal(a: dict, b: dict) -> bool:
     ("shape", "itemsize", "budget"),
     [((2, 50, 6, 5), 1, 64), ((2, 50, 6, 5), 1, 7), ((3,), 4, 4), ((4, 3), 8, 1000), ((), 4, 1)],
 )
+@pytest.mark.unit
 def test_plan_covers_the_array_in_c_order(shape, itemsize, budget):
     """Chunks, written one after another, are exactly the array's bytes in C order."""
     flat = np.arange(math.prod(shape)).reshape(shape)
@@ -69,6 +70,7 @@ def test_plan_covers_the_array_in_c_order(shape, itemsize, budget):
     assert np.array_equal(np.concatenate(pieces), flat.reshape(-1))
 
 
+@pytest.mark.compiled
 def test_round_trip_restores_in_place(tmp_path: Path):
     state = _state()
     ck = Checkpointer(tmp_path / "ck", chunk_bytes=64)
@@ -90,6 +92,7 @@ def test_round_trip_restores_in_place(tmp_path: Path):
     ck.close()
 
 
+@pytest.mark.compiled
 def test_restore_accepts_shape_templates_and_only_named_items(tmp_path: Path):
     state = _state(1)
     ck = Checkpointer(tmp_path / "ck", chunk_bytes=100)
@@ -116,6 +119,7 @@ def _leaf_file(step_dir: Path, item: str, suffix: str) -> Path:
 
 
 @pytest.mark.parametrize(("item", "suffix"), [("replay", "'frames']"), ("learner", "'w']")])
+@pytest.mark.unit
 def test_flipped_byte_is_detected_and_older_checkpoint_used(tmp_path: Path, item, suffix):
     ck = Checkpointer(tmp_path / "ck", chunk_bytes=64)
     old, new = _state(1), _state(2)
@@ -133,6 +137,7 @@ def test_flipped_byte_is_detected_and_older_checkpoint_used(tmp_path: Path, item
     ck.close()
 
 
+@pytest.mark.unit
 def test_truncated_and_missing_files_are_corrupt(tmp_path: Path):
     ck = Checkpointer(tmp_path / "ck", chunk_bytes=64)
     ck.save(3, _state())
@@ -148,6 +153,7 @@ def test_truncated_and_missing_files_are_corrupt(tmp_path: Path):
     ck.close()
 
 
+@pytest.mark.compiled
 def test_structure_mismatch_is_one_line(tmp_path: Path):
     ck = Checkpointer(tmp_path / "ck", chunk_bytes=64)
     ck.save(4, _state())
@@ -165,6 +171,7 @@ def test_structure_mismatch_is_one_line(tmp_path: Path):
     ck.close()
 
 
+@pytest.mark.compiled
 def test_equinox_modules_round_trip(tmp_path: Path):
     """A learner state with static fields (an Equinox module) restores with them intact."""
     model = eqx.nn.MLP(3, 2, 8, 1, key=jax.random.PRNGKey(0))
@@ -177,6 +184,7 @@ def test_equinox_modules_round_trip(tmp_path: Path):
     ck.close()
 
 
+@pytest.mark.compiled
 def test_a_partly_filled_replay_takes_the_disk_of_what_it_holds(tmp_path: Path):
     """All-zero pieces are holes: a tenth-filled replay's frames file is its full size, reads
     back byte for byte (checksummed, and by numpy alone), and occupies about a tenth of it;

@@ -86,6 +86,7 @@ def listed(stdout: str) -> dict[str, str]:
 # ------------------------------------------------------------------------------------- list
 
 
+@pytest.mark.process
 def test_list_shows_every_catalogue_entry_with_a_one_line_summary(tmp_path: Path) -> None:
     result = run_zoo("list", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -106,12 +107,14 @@ def test_list_shows_every_catalogue_entry_with_a_one_line_summary(tmp_path: Path
         (["list", "algorithms", "*qr*"], ["munchausen_qr_dqn", "qr_dqn", "r2d2_qr"]),
     ],
 )
+@pytest.mark.process
 def test_list_filters_by_wildcard(tmp_path: Path, args: list[str], expected: list[str]) -> None:
     result = run_zoo(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert list(listed(result.stdout)) == expected
 
 
+@pytest.mark.process
 def test_list_components_by_axis_wildcard(tmp_path: Path) -> None:
     result = run_zoo("list", "components", "td/*", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -121,6 +124,7 @@ def test_list_components_by_axis_wildcard(tmp_path: Path) -> None:
     assert all(summary.strip() for summary in rows.values())
 
 
+@pytest.mark.process
 def test_list_prints_plain_text_not_docstring_markup(tmp_path: Path) -> None:
     # summaries come from docstrings, whose ``literal`` markup showed on the terminal
     result = run_zoo("list", "components", cwd=tmp_path)
@@ -135,6 +139,7 @@ def test_list_prints_plain_text_not_docstring_markup(tmp_path: Path) -> None:
     "args",
     [["list", "nothing_like_this*"], ["list", "algorithms", "zz*"], ["list", "presets", "zz*"]],
 )
+@pytest.mark.process
 def test_list_without_a_match_exits_1_with_a_message(tmp_path: Path, args: list[str]) -> None:
     result = run_zoo(*args, cwd=tmp_path)
     assert result.returncode == 1
@@ -146,6 +151,7 @@ def test_list_without_a_match_exits_1_with_a_message(tmp_path: Path, args: list[
 # ------------------------------------------------------------------------------------- show
 
 
+@pytest.mark.process
 def test_show_prints_commented_yaml_that_round_trips(tmp_path: Path) -> None:
     result = run_zoo("show", "mdqn", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -159,6 +165,7 @@ def test_show_prints_commented_yaml_that_round_trips(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", spec.algorithm_names())
+@pytest.mark.unit
 def test_show_round_trips_every_catalogue_entry(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -168,6 +175,7 @@ def test_show_round_trips_every_catalogue_entry(
     assert AlgorithmSpec.model_validate(data) == zoo.load_algorithm(name)
 
 
+@pytest.mark.process
 def test_show_applies_overrides(tmp_path: Path) -> None:
     result = run_zoo(
         "show", "dqn", "--set", "loss.n_step=3", "--set", "loss.reward_clip=null", cwd=tmp_path
@@ -180,6 +188,7 @@ def test_show_applies_overrides(tmp_path: Path) -> None:
     assert AlgorithmSpec.model_validate(data) == expected
 
 
+@pytest.mark.process
 def test_show_a_user_file_from_another_folder(tmp_path: Path) -> None:
     write(tmp_path, "mine.yaml", "mine: {extends: mdqn, loss: {n_step: 3, reward_clip: null}}\n")
     result = run_zoo("show", "mine.yaml", cwd=tmp_path)
@@ -217,6 +226,7 @@ def run_installed(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.process
 def test_show_says_when_an_entry_is_the_installed_copy(installed: Path, tmp_path: Path) -> None:
     # after `pip install .`, edits to a clone's algorithms.yaml changed nothing, silently
     clone = tmp_path / "clone"
@@ -248,6 +258,7 @@ def test_show_says_when_an_entry_is_the_installed_copy(installed: Path, tmp_path
     assert "edits to a clone's presets take effect with an editable install" in result.stdout
 
 
+@pytest.mark.process
 def test_train_preset_prefix_trains_the_preset_not_the_catalogue_entry(tmp_path: Path) -> None:
     # `zoo train mdqn` is the catalogue entry; `preset:mdqn` the paper's settings, whose Atari
     # protocol shows which one was taken (from any folder: no path into a clone needed)
@@ -259,6 +270,7 @@ def test_train_preset_prefix_trains_the_preset_not_the_catalogue_entry(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.process
 def test_show_from_a_clone_or_editable_install_has_no_hint(tmp_path: Path) -> None:
     if spec.catalogue_path().parent.name == "_data":
         pytest.skip("these tests run against an installed copy")
@@ -271,6 +283,7 @@ def test_show_from_a_clone_or_editable_install_has_no_hint(tmp_path: Path) -> No
     assert "installed package" not in result.stdout
 
 
+@pytest.mark.process
 def test_show_misspelt_name_suggests_without_traceback(tmp_path: Path) -> None:
     result = run_zoo("show", "mdqnn", cwd=tmp_path)
     assert result.returncode == 2
@@ -287,6 +300,7 @@ def test_show_misspelt_name_suggests_without_traceback(tmp_path: Path) -> None:
         ("loss.n_step", "expected KEY=VALUE"),
     ],
 )
+@pytest.mark.process
 def test_show_rejects_bad_overrides(tmp_path: Path, override: str, fragment: str) -> None:
     result = run_zoo("show", "dqn", "--set", override, cwd=tmp_path)
     assert result.returncode == 2
@@ -297,6 +311,7 @@ def test_show_rejects_bad_overrides(tmp_path: Path, override: str, fragment: str
 # --------------------------------------------------------------------------------- validate
 
 
+@pytest.mark.process
 def test_validate_a_good_file(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -358,6 +373,7 @@ EXPECTED_PROBLEMS = [
 ]
 
 
+@pytest.mark.process
 def test_validate_reports_every_problem_one_line_each(tmp_path: Path) -> None:
     write(tmp_path, "good.yaml", "mine: {extends: dqn}\n")
     (tmp_path / "bad.yaml").write_text(BAD)
@@ -380,12 +396,14 @@ def test_validate_reports_every_problem_one_line_each(tmp_path: Path) -> None:
     assert not any(line.startswith("bad.yaml: fine:") for line in lines)
 
 
+@pytest.mark.process
 def test_validate_a_missing_file(tmp_path: Path) -> None:
     result = run_zoo("validate", "missing.yaml", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["missing.yaml: no such file", "1 problem found"]
 
 
+@pytest.mark.process
 def test_validate_a_non_string_entry_name(tmp_path: Path) -> None:
     write(tmp_path, "numbers.yaml", "1: {extends: dqn}\n")
     result = run_zoo("validate", "numbers.yaml", cwd=tmp_path)
@@ -397,6 +415,7 @@ def test_validate_a_non_string_entry_name(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- startup and usage
 
 
+@pytest.mark.process
 def test_list_show_and_validate_do_not_import_jax(tmp_path: Path) -> None:
     """``zoo list``/``show``/``validate`` stay instant: nothing on their path imports JAX."""
     write(tmp_path, "good.yaml", "mine: {extends: mdqn, network: {head: quantile}}\n")
@@ -429,12 +448,14 @@ def test_list_show_and_validate_do_not_import_jax(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.process
 def test_version(tmp_path: Path) -> None:
     result = run_zoo("--version", cwd=tmp_path)
     assert result.returncode == 0
     assert result.stdout.strip() == f"zoo {zoo.__version__}"
 
 
+@pytest.mark.process
 def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     result = run_zoo(cwd=tmp_path)
     assert result.returncode == 2
@@ -442,6 +463,7 @@ def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     assert_no_traceback(result)
 
 
+@pytest.mark.process
 def test_unknown_command_is_a_usage_error(tmp_path: Path) -> None:
     result = run_zoo("trian", cwd=tmp_path)
     assert result.returncode == 2
@@ -449,6 +471,7 @@ def test_unknown_command_is_a_usage_error(tmp_path: Path) -> None:
     assert_no_traceback(result)
 
 
+@pytest.mark.process
 def test_console_script(tmp_path: Path) -> None:
     """The installed ``zoo`` script (next to this interpreter) is the same command."""
     script = shutil.which("zoo", path=str(Path(sys.executable).parent))

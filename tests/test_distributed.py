@@ -87,8 +87,8 @@ def wait_for(folders: list[Path], step: int, processes: list[subprocess.Popen]) 
         time.sleep(0.2)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1200)
+@pytest.mark.process
 def test_two_processes_train_one_run_stop_together_survive_kill_9_and_resume(tmp_path):
     run = tmp_path / "run"
     folders = [run, run / "processes" / "1"]
@@ -165,8 +165,8 @@ def test_two_processes_train_one_run_stop_together_survive_kill_9_and_resume(tmp
     assert not read_jsonl(run / "processes" / "1" / "eval.jsonl")
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.process
 def test_two_processes_train_with_the_asynchronous_driver(tmp_path):
     # each process: an actor thread on its virtual CPU device 0, the learner on device 1, the
     # update data-parallel over both processes' learner devices
@@ -201,12 +201,14 @@ GROUP = {"num_processes": 2, "process_id": 0, "coordinator": "h:1", "run_dir": "
         ({**GROUP, "loop": "compiled"}, "uses --loop host or async"),
     ],
 )
+@pytest.mark.unit
 def test_bad_process_groups_are_refused_before_anything_starts(kwargs, message, tmp_path):
     with pytest.raises(RunRefusedError, match=message):
         zoo.train("dqn_cartpole", **kwargs)
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.unit
 def test_process_group_variables_must_be_numbers(monkeypatch, capsys, tmp_path):
     from zoo.cli import main
 
@@ -217,6 +219,7 @@ def test_process_group_variables_must_be_numbers(monkeypatch, capsys, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.unit
 def test_the_cli_reads_the_group_from_zoo_variables(monkeypatch, capsys, tmp_path):
     # the variables stand in for the flags: two processes and no coordinator is refused as
     # the flags would be, before anything starts

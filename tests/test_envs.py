@@ -45,6 +45,7 @@ def random_actions(env: ze.VectorEnv, seed: int = 0):
 # Protocols
 
 
+@pytest.mark.unit
 def test_protocol_fields_have_no_defaults_and_every_protocol_is_registered():
     for field in dataclasses.fields(ze.Protocol):
         assert field.default is dataclasses.MISSING, field.name
@@ -66,6 +67,7 @@ def test_protocol_fields_have_no_defaults_and_every_protocol_is_registered():
         assert protocol.sources and protocol.description
 
 
+@pytest.mark.unit
 def test_protocol_values():
     nature = ze.get_protocol("nature_2015")
     assert (nature.noop_max, nature.sticky_action_prob, nature.full_action_set) == (30, 0.0, False)
@@ -93,6 +95,7 @@ def test_protocol_values():
     assert classic.frame_shape is None and classic.max_episode_frames is None
 
 
+@pytest.mark.unit
 def test_every_atari_setting_is_compared_with_its_source():
     """Each Atari protocol states every field and aspect beside its source; differences named."""
     fields = {f.name for f in dataclasses.fields(ze.Protocol)}
@@ -128,6 +131,7 @@ def test_every_atari_setting_is_compared_with_its_source():
         )
 
 
+@pytest.mark.unit
 def test_envpool_kwargs_per_protocol():
     nature = ze.get_protocol("nature_2015")
     train, evaluation = nature.envpool_kwargs(training=True), nature.envpool_kwargs(training=False)
@@ -156,6 +160,7 @@ def test_envpool_kwargs_per_protocol():
         ze.make("Breakout-v5", env_kwargs={"episodic_life": True})
 
 
+@pytest.mark.unit
 def test_unknown_protocol_suggests_and_invalid_protocol_is_refused():
     with pytest.raises(ze.UnknownProtocolError, match="nature_2015") as info:
         ze.get_protocol("nature2015")
@@ -173,6 +178,7 @@ def test_unknown_protocol_suggests_and_invalid_protocol_is_refused():
 # Ids, backends and protocol checks
 
 
+@pytest.mark.unit
 def test_unknown_id_lists_close_matches():
     with pytest.raises(ze.UnknownEnvironmentError, match="CartPole-v1") as info:
         ze.make("CartPol-v1")
@@ -183,6 +189,7 @@ def test_unknown_id_lists_close_matches():
         ze.make("NoSuchEnv-v0", backend="gymnasium")
 
 
+@pytest.mark.unit
 def test_atari_spellings_map_to_envpool_ids():
     for spelling in ("Pong-v5", "Pong", "PongNoFrameskip-v4", "ALE/Pong-v5"):
         info = ze.resolve_env(spelling)
@@ -194,6 +201,7 @@ def test_atari_spellings_map_to_envpool_ids():
     assert ze.resolve_env("FrozenLake-v1").backend == "gymnasium"
 
 
+@pytest.mark.compiled
 def test_wrong_protocol_kind_and_unsupported_envs_are_refused():
     with pytest.raises(ze.ProtocolMismatchError, match="classic"):
         ze.make("CartPole-v1", protocol="nature_2015")
@@ -211,6 +219,7 @@ def test_wrong_protocol_kind_and_unsupported_envs_are_refused():
 # CartPole (envpool): interface and autoreset semantics
 
 
+@pytest.mark.compiled
 def test_cartpole_shapes_and_dtypes():
     with ze.make("CartPole-v1", num_envs=3, seed=1) as env:
         assert env.protocol.name == "classic" and env.backend == "envpool"
@@ -250,11 +259,13 @@ def check_next_step_autoreset(env: ze.VectorEnv) -> None:
     assert after.valid[0] and not after.first[0]
 
 
+@pytest.mark.compiled
 def test_cartpole_next_step_autoreset():
     with ze.make("CartPole-v1", seed=0) as env:
         check_next_step_autoreset(env)
 
 
+@pytest.mark.compiled
 def test_cartpole_truncation():
     alternate = iter(np.arange(10_000) % 2)
     with ze.make("CartPole-v1", seed=0, env_kwargs={"max_episode_steps": 20}) as env:
@@ -275,6 +286,7 @@ def test_cartpole_truncation():
 # The gymnasium adapter
 
 
+@pytest.mark.compiled
 def test_gymnasium_adapter_matches_envpool_interface():
     envpool_env = ze.make("CartPole-v1", num_envs=2, seed=0)
     gym_env = ze.make("CartPole-v1", num_envs=2, seed=0, backend="gymnasium")
@@ -300,6 +312,7 @@ def test_gymnasium_adapter_matches_envpool_interface():
         assert steps[5].first[0] and not steps[5].valid[0] and steps[6].valid[0]
 
 
+@pytest.mark.compiled
 def test_gymnasium_discrete_observations_are_one_hot():
     with ze.make("FrozenLake-v1", num_envs=2, seed=0) as env:
         assert env.backend == "gymnasium" and env.observation_shape == (16,)
@@ -308,6 +321,7 @@ def test_gymnasium_discrete_observations_are_one_hot():
         assert timestep.observation[0, 0] == 1.0  # FrozenLake starts in state 0
 
 
+@pytest.mark.compiled
 def test_minatar_through_gymnasium():
     pytest.importorskip("minatar")
     with ze.make("MinAtar/Breakout-v1", num_envs=2, seed=0) as env:
@@ -334,6 +348,7 @@ def assert_shifted(prev: np.ndarray, observation: np.ndarray) -> None:
     np.testing.assert_array_equal(observation[:-1], prev[1:])
 
 
+@pytest.mark.compiled
 def test_pong_observations_and_zero_padded_game_start_stack():
     with ze.make("Pong-v5", num_envs=2, seed=0) as env:
         assert env.protocol.name == "nature_2015"
@@ -359,6 +374,7 @@ def test_pong_observations_and_zero_padded_game_start_stack():
         assert env.num_actions == 6  # Dopamine's baselines: the minimal action set
 
 
+@pytest.mark.compiled
 def test_atari_truncation_at_the_frame_cap():
     with ze.make("Pong-v5", seed=0, env_kwargs={"max_episode_steps": 30}) as env:
         env.reset()
@@ -387,6 +403,7 @@ def until_life_lost(env: ze.VectorEnv, seed: int = 0) -> tuple[TimeStep, TimeSte
 RIGHT, LEFT = 2, 3  # Breakout's minimal action set: NOOP, FIRE, RIGHT, LEFT
 
 
+@pytest.mark.compiled
 def test_breakout_lost_life_is_terminal_in_training_and_the_game_goes_on():
     """nature_2015 (dqn_zoo): discount 0 where lives drop; no pseudo-step, the stack goes on."""
     twins = [ze.make("Breakout-v5", seed=0, training=True) for _ in range(2)]
@@ -423,6 +440,7 @@ def test_breakout_lost_life_is_terminal_in_training_and_the_game_goes_on():
 
 
 @pytest.mark.parametrize("training", [True, False])
+@pytest.mark.compiled
 def test_atari_100k_restarts_the_stack_at_a_lost_life(training):
     """Dopamine's atari_100k agent zero-fills its stack at each lost life (reset_one)."""
     with ze.make("Breakout-v5", protocol="atari_100k", seed=0, training=training) as env:
@@ -442,12 +460,14 @@ def test_atari_100k_restarts_the_stack_at_a_lost_life(training):
         assert_shifted(timestep.observation[0], after.observation[0])  # [0, 0, f, f']
 
 
+@pytest.mark.compiled
 def test_breakout_evaluation_plays_whole_games():
     with ze.make("Breakout-v5", seed=0, training=False) as env:
         _, over = run_until(env, lambda ts: ts.terminated[0], random_actions(env))
         assert over.game_over[0]  # no life-loss terminal in evaluation
 
 
+@pytest.mark.compiled
 def test_reward_clipping_in_training_only():
     for training in (True, False):
         with ze.make("SpaceInvaders-v5", seed=0, training=training) as env:
@@ -473,6 +493,7 @@ def make_timestep(reward, terminated=False, first=False, game_over=False, valid=
     )
 
 
+@pytest.mark.unit
 def test_episode_tracker_counts_games_not_lives():
     tracker = ze.EpisodeTracker(1, window=2)
     steps = [
@@ -489,6 +510,7 @@ def test_episode_tracker_counts_games_not_lives():
     assert tracker.total_games == 2 and tracker.mean_recent_return() == 9.0
 
 
+@pytest.mark.compiled
 def test_xla_compiled_cartpole_loop():
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
@@ -520,6 +542,7 @@ def test_xla_compiled_cartpole_loop():
 
 
 @pytest.mark.parametrize("protocol", ["nature_2015", "atari_100k"])
+@pytest.mark.compiled
 def test_xla_steps_give_the_host_steps_timesteps_on_breakout(protocol):
     """The compiled path applies the same life-loss and stack rules as the host path."""
     jax = pytest.importorskip("jax")
@@ -540,6 +563,7 @@ def test_xla_steps_give_the_host_steps_timesteps_on_breakout(protocol):
     assert np.stack([ts.game_over for ts in host]).any()
 
 
+@pytest.mark.compiled
 def test_parallel_evaluation_plays_each_environments_own_games():
     """With ``N`` environments, environment ``i`` (seeded ``seed + i``) plays its quota of games
     fixed in advance: the games counted are exactly those of ``N`` one-environment evaluations
@@ -559,6 +583,7 @@ def test_parallel_evaluation_plays_each_environments_own_games():
         assert len(set(alone)) > 1  # the games differ, so a wrong assignment would show
 
 
+@pytest.mark.compiled
 def test_evaluate_counts_exact_episodes():
     result = ze.evaluate(
         lambda obs: np.zeros(len(obs), np.int32), "CartPole-v1", episodes=3, seed=0, num_envs=2

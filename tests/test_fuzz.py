@@ -341,13 +341,14 @@ def _fuzz(sandbox: Sandbox, strategy: Any, check: Any, examples: int, fixed: boo
     return sandbox.cases - before
 
 
+@pytest.mark.compiled
 def test_fuzz_mutated_specs(sandbox):
     ran = _fuzz(sandbox, mutated_specs(), _check_mutated_spec, FAST_EXAMPLES, fixed=True)
     print(f"zoo fuzz: {ran} invocations on {FAST_EXAMPLES} mutated specs: {sandbox.report()}")
     assert ran == 3 * FAST_EXAMPLES
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_fuzz_mutated_specs_at_length(sandbox):
     ran = _fuzz(sandbox, mutated_specs(), _check_mutated_spec, SLOW_EXAMPLES, fixed=False)
     print(f"zoo fuzz: {ran} invocations on {SLOW_EXAMPLES} mutated specs: {sandbox.report()}")
@@ -464,13 +465,14 @@ def _check_command_line(sandbox: Sandbox, argv: list[str]) -> None:
     run_case(sandbox, argv)
 
 
+@pytest.mark.run
 def test_fuzz_command_lines(sandbox):
     ran = _fuzz(sandbox, command_lines(), _check_command_line, FAST_EXAMPLES, fixed=True)
     print(f"zoo fuzz: {ran} command lines: {sandbox.report()}")
     assert ran == FAST_EXAMPLES
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_fuzz_command_lines_at_length(sandbox):
     ran = _fuzz(sandbox, command_lines(), _check_command_line, SLOW_EXAMPLES, fixed=False)
     print(f"zoo fuzz: {ran} command lines: {sandbox.report()}")

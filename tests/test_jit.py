@@ -10,6 +10,8 @@ import pytest
 
 from zoo.jit import async_jit
 
+pytestmark = pytest.mark.compiled
+
 
 class Scale(eqx.Module):
     weight: jax.Array

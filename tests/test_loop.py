@@ -20,6 +20,8 @@ from zoo.loop import Loop, Trainer
 from zoo.replay import build_replay
 from zoo.rundir import RunSettings
 
+pytestmark = pytest.mark.compiled
+
 STEPS = 300
 
 

@@ -30,6 +30,8 @@ from zoo.spec import (
 )
 from zoo.types import NetworkOutput
 
+pytestmark = pytest.mark.compiled
+
 IDENTITY = components.identity(None)
 
 

@@ -16,6 +16,7 @@ from zoo.memory import RUN_OVERHEAD, SAFETY, MemoryPlan
 GIB = 2**30
 
 
+@pytest.mark.unit
 def test_plan_peak_and_fit():
     # 1M Atari transitions: one 84×84 frame plus action, reward and four flags per slot
     replay = 1_000_000 * (84 * 84 + 4 + 4 + 4)
@@ -34,6 +35,7 @@ def test_plan_peak_and_fit():
     assert "8.1 GiB" in message and "6.0 GiB is available" in message
 
 
+@pytest.mark.unit
 def test_plan_when_nothing_fits_or_memory_unknown():
     assert MemoryPlan(10 * GIB, 1000, available=GIB).capacity_that_fits() == 0
     assert (
@@ -55,7 +57,8 @@ def _peak_gib(argv: list[str], cwd: Path) -> tuple[int, float, str]:
     return proc.returncode, usage.ru_maxrss / 2**20, log.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.process
+@pytest.mark.xdist_group("atari_replay")  # ~7.7 GiB: one at a time
 def test_atari_preset_with_1m_replay_stays_within_replay_plus_overhead(tmp_path: Path):
     """``zoo train dqn_adam_mse --env Breakout-v5`` with its 1M replay: learning, a checkpoint
     with the replay, evaluation, and a resume from that checkpoint each peak at most at the
@@ -107,6 +110,7 @@ def test_atari_preset_with_1m_replay_stays_within_replay_plus_overhead(tmp_path:
 @pytest.mark.skipif(
     (MemoryPlan(0, 1).available or 0) > 30 * GIB, reason="R2D2's 4M replay fits on this machine"
 )
+@pytest.mark.compiled
 def test_r2d2_preset_that_cannot_fit_is_refused_before_anything_starts(tmp_path: Path, capsys):
     """``zoo reproduce r2d2`` names the preset's 4M-transition replay (~28 GiB), not the
     same-named catalogue entry's 1M, and the override that fits; nothing is written."""
@@ -126,6 +130,7 @@ def test_r2d2_preset_that_cannot_fit_is_refused_before_anything_starts(tmp_path:
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.yaml"))
 
 
+@pytest.mark.unit
 def test_plan_counts_the_update_working_memory():
     # btr's measured working memory (3 GiB) beside a 1M Atari replay on a 12 GiB machine
     replay = 1_000_000 * (84 * 84 + 4 + 4 + 4)
@@ -154,6 +159,7 @@ def _count_compiles(name: str, seconds: float, **kwargs: object) -> None:
         _COMPILES.append(name)
 
 
+@pytest.mark.compiled
 def test_compile_update_measures_the_update_and_its_first_call_reuses_it():
     """The host driver compiles the update before the replay exists and reports the compiled
     program's working memory: what an independent compilation of the same update on real
@@ -217,6 +223,7 @@ def test_compile_update_measures_the_update_and_its_first_call_reuses_it():
 @pytest.mark.skipif(
     (MemoryPlan(0, 1).available or 0) > 70 * GIB, reason="an 80 GiB update fits on this machine"
 )
+@pytest.mark.run
 def test_an_update_that_cannot_fit_is_refused_and_leaves_no_run(tmp_path: Path, capsys):
     """A batch of 2^20 through two 4096-wide layers needs ~80 GiB of working memory: the run is
     refused once its update is compiled, before the replay is allocated, naming the working

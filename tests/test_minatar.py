@@ -85,6 +85,7 @@ def filled():
     return replay, jax.tree.map(np.asarray, carry.replay)
 
 
+@pytest.mark.compiled
 def test_a_minatar_run_stores_whole_observations_and_an_atari_run_stacks_frames():
     spec = zoo.load_algorithm("dqn")
     with make(GAME) as env:
@@ -95,6 +96,7 @@ def test_a_minatar_run_stores_whole_observations_and_an_atari_run_stacks_frames(
         assert replay.stack == 4 and replay.frame_shape == (84, 84)
 
 
+@pytest.mark.compiled
 def test_minatar_replay_matches_the_raw_environment(filled):
     replay, state = filled
     raw = raw_rollout(state.action[0, :STEPS])
@@ -132,8 +134,9 @@ def test_minatar_replay_matches_the_raw_environment(filled):
 RANDOM_BREAKOUT = 0.54
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.learning
+@pytest.mark.representative  # the image learning test CI runs
 def test_dqn_learns_minatar_breakout(tmp_path):
     """``dqn_minatar`` beats random play on Breakout (0.54 per game) within 40k transitions.
 

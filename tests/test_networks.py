@@ -82,6 +82,7 @@ def zero_sigma(net):
 # --------------------------------------------------------------------------- registry
 
 
+@pytest.mark.unit
 def test_builtins_are_registered():
     expected = {
         ("torso", "auto"): zn.auto_torso,
@@ -120,6 +121,7 @@ def user_torso():
     registry._TABLES["torso"].pop("test_double_flatten")
 
 
+@pytest.mark.compiled
 def test_user_registered_torso_is_used(user_torso):
     torso = SimpleNamespace(kind=user_torso, scale=2.0)
     net = build(torso=torso, hidden=(), obs_shape=(2, 3))
@@ -132,6 +134,7 @@ def test_user_registered_torso_is_used(user_torso):
     importlib.util.find_spec("zoo.optimizers") is None,
     reason="registry.get lazily imports zoo.optimizers/zoo.schedules, not written yet",
 )
+@pytest.mark.unit
 def test_unknown_torso_suggests_a_name():
     with pytest.raises(registry.UnknownComponentError, match="nature_cnn"):
         build(torso=SimpleNamespace(kind="natur_cnn"), obs_shape=(4, 84, 84))
@@ -143,6 +146,7 @@ def test_unknown_torso_suggests_a_name():
 @pytest.mark.parametrize("head", ["q", "categorical", "quantile"])
 @pytest.mark.parametrize("dueling", [False, True])
 @pytest.mark.parametrize("noisy", [False, True])
+@pytest.mark.compiled
 def test_output_fields(head, dueling, noisy):
     net = build(head=head, dueling=dueling, noisy=noisy)
     assert net.is_recurrent is False
@@ -167,12 +171,14 @@ def test_output_fields(head, dueling, noisy):
     assert not noisy_layers(net.torso)
 
 
+@pytest.mark.compiled
 def test_accepts_the_full_algorithm_spec():
     spec = SimpleNamespace(network=network_spec(head="quantile"))
     net = zn.build_network(spec, OBS_SHAPE, NUM_ACTIONS, key=jax.random.key(0))
     assert net(observations(1)[0]).quantiles.shape == (NUM_ACTIONS, NUM_QUANTILES)
 
 
+@pytest.mark.compiled
 def test_jit_matches_eager():
     net = build(head="categorical", dueling=True, noisy=True)
     obs, key = observations(1)[0], jax.random.key(3)
@@ -181,6 +187,7 @@ def test_jit_matches_eager():
     np.testing.assert_allclose(jitted.logits, eager.logits, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.compiled
 def test_categorical_q_values_from_logits_and_atoms():
     net = build(head="categorical")
     out = net(observations(1)[0])
@@ -194,12 +201,14 @@ def test_categorical_q_values_from_logits_and_atoms():
     assert not jax.tree.leaves(eqx.filter(net.head, eqx.is_array))
 
 
+@pytest.mark.compiled
 def test_quantile_q_values_are_the_mean():
     out = build(head="quantile")(observations(1)[0])
     np.testing.assert_allclose(out.q_values, np.mean(out.quantiles, axis=-1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("head", ["q", "categorical"])
+@pytest.mark.compiled
 def test_dueling_combines_value_and_mean_free_advantage(head):
     net = build(head=head, dueling=True, hidden=(8, 6))
     obs = observations(1)[0]
@@ -223,6 +232,7 @@ def test_dueling_combines_value_and_mean_free_advantage(head):
 # --------------------------------------------------------------------------- noisy layers
 
 
+@pytest.mark.compiled
 def test_noisy_linear_init_and_forward():
     p, q, sigma0 = 9, 4, 0.4
     layer = zn.NoisyLinear(p, q, sigma0=sigma0, key=jax.random.key(0))
@@ -239,6 +249,7 @@ def test_noisy_linear_init_and_forward():
     np.testing.assert_allclose(layer(x, key=key), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.compiled
 def test_factorised_noise_statistics():
     layer = zn.NoisyLinear(6, 4, key=jax.random.key(0))
     keys = jax.random.split(jax.random.key(1), 4000)
@@ -259,6 +270,7 @@ def test_factorised_noise_statistics():
     np.testing.assert_allclose(eps_w, eps_b[:, :, None] * eps_in[:, None, :], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.compiled
 def test_noisy_network_keys():
     net = build(head="categorical", dueling=True, noisy=True)
     obs = observations(2)
@@ -280,6 +292,7 @@ def test_noisy_network_keys():
     np.testing.assert_allclose(out[1], one(obs[1], k1), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.compiled
 def test_noise_scales_receive_gradients_only_with_a_key():
     net = build(noisy=True)
     obs = observations(4)
@@ -298,12 +311,14 @@ def test_noise_scales_receive_gradients_only_with_a_key():
 # --------------------------------------------------------------------------- torsos
 
 
+@pytest.mark.compiled
 def test_mlp_torso_without_layers_only_flattens():
     net = build(torso=SimpleNamespace(kind="mlp", sizes=[]), hidden=(), obs_shape=(2, 3))
     obs = observations(1, (2, 3))[0]
     np.testing.assert_array_equal(net.torso(obs), obs.ravel())
 
 
+@pytest.mark.compiled
 def test_auto_torso_picks_by_rank():
     auto = SimpleNamespace(kind="auto", sizes=[5])
     key = jax.random.key(0)
@@ -312,6 +327,7 @@ def test_auto_torso_picks_by_rank():
     assert isinstance(vector, zn.MLPTorso) and vector.mlp.out_features == 5
 
 
+@pytest.mark.compiled
 def test_nature_cnn_features_and_uint8_scaling():
     shape = (4, 84, 84)
     torso = registry.get("torso", "nature_cnn")(
@@ -328,6 +344,7 @@ def test_nature_cnn_features_and_uint8_scaling():
     assert not np.allclose(as_uint8, forward(frames.astype(jnp.float32)))
 
 
+@pytest.mark.compiled
 def test_impala_cnn_runs_on_a_small_image():
     torso = SimpleNamespace(kind="impala_cnn", channels=[16, 32, 32])
     net = build(torso=torso, hidden=(16,), obs_shape=(4, 32, 32), head="quantile")
@@ -341,6 +358,7 @@ def test_impala_cnn_runs_on_a_small_image():
     assert jax.eval_shape(odd, jax.ShapeDtypeStruct((1, 9, 9), jnp.float32)).shape == (3 * 3 * 3,)
 
 
+@pytest.mark.compiled
 def test_minatar_cnn_same_padding_and_glorot_uniform_init():
     # Revisiting Rainbow's MinAtar torso: conv 16×3×3 stride 1, SAME padding (Flax's default),
     # ReLU, flatten: [4, 10, 10] → 16·10·10 = 1600 features.
@@ -381,6 +399,7 @@ def test_minatar_cnn_same_padding_and_glorot_uniform_init():
     assert np.abs(np.asarray(default.conv.weight)).max() <= 1 / math.sqrt(2 * 9)
 
 
+@pytest.mark.compiled
 def test_max_pool_same_padding():
     x = np.arange(16, dtype=np.float32).reshape(1, 4, 4)[:, ::-1, :].copy()
     pooled = np.asarray(_max_pool_same(jnp.asarray(x)))
@@ -395,6 +414,7 @@ def test_max_pool_same_padding():
 LSTM = SimpleNamespace(kind="lstm", size=6)
 
 
+@pytest.mark.compiled
 def test_lstm_cell_matches_hand_computation():
     cell = zn.lstm_core(LSTM, 3, key=jax.random.key(0))
     cell = eqx.tree_at(lambda c: c.bias, cell, jax.random.normal(jax.random.key(1), (24,)))
@@ -412,6 +432,7 @@ def test_lstm_cell_matches_hand_computation():
     np.testing.assert_array_equal(out, h_out)
 
 
+@pytest.mark.compiled
 def test_initial_state_is_zeros():
     net = build(core=LSTM)
     assert net.is_recurrent is True
@@ -420,6 +441,7 @@ def test_initial_state_is_zeros():
     assert not np.any(h) and not np.any(c)
 
 
+@pytest.mark.compiled
 def test_state_changes_the_output():
     net = build(core=LSTM)
     obs = observations(1)[0]
@@ -433,6 +455,7 @@ def test_state_changes_the_output():
 @pytest.mark.parametrize(
     ("head", "dueling", "noisy"), [("q", False, False), ("categorical", True, True)]
 )
+@pytest.mark.compiled
 def test_unroll_equals_step_loop(head, dueling, noisy):
     net = build(core=LSTM, head=head, dueling=dueling, noisy=noisy, hidden=(5,))
     T = 4
@@ -463,6 +486,7 @@ def test_unroll_equals_step_loop(head, dueling, noisy):
         assert unrolled.logits is None and unrolled.atoms is None
 
 
+@pytest.mark.compiled
 def test_recurrent_unroll_batches_with_vmap():
     net = build(core=LSTM, head="quantile")
     obs = observations(3 * 4).reshape(3, 4, *OBS_SHAPE)
@@ -474,6 +498,7 @@ def test_recurrent_unroll_batches_with_vmap():
     np.testing.assert_allclose(out.quantiles[1], single.quantiles, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.compiled
 def test_glorot_uniform_init_of_every_plain_layer_and_the_default_untouched():
     """``network.init: glorot_uniform``: every Linear and Conv has U(±√(6/(fan_in+fan_out)))
     weights (bound reached, variance ≈ bound²/3) and zero biases, as Flax's xavier_uniform with
@@ -522,6 +547,7 @@ def _layer_norm(x: np.ndarray, axis: int = -1, eps: float = 1e-6) -> np.ndarray:
     return (x - mean) / np.sqrt(var + eps)
 
 
+@pytest.mark.compiled
 def test_layer_norm_before_each_relu_of_the_hidden_layers():
     """dense → LayerNorm → ReLU per hidden layer, none on the output layer (purejaxql's PQN)."""
     spec = network_spec(torso=SimpleNamespace(kind="mlp", sizes=[]), hidden=(6, 5))
@@ -545,6 +571,7 @@ def test_layer_norm_before_each_relu_of_the_hidden_layers():
     assert plain.streams.mlp.norms == ()  # the default adds no parameters
 
 
+@pytest.mark.compiled
 def test_mlp_torso_and_dueling_streams_take_layer_norm():
     torso = SimpleNamespace(kind="mlp", sizes=[7, 4], norm="layer_norm")
     spec = network_spec(torso=torso, hidden=(3,), dueling=True)
@@ -557,6 +584,7 @@ def test_mlp_torso_and_dueling_streams_take_layer_norm():
     assert features.min() >= 0 and np.isfinite(features).all()
 
 
+@pytest.mark.compiled
 def test_channel_layer_norm_normalises_channels_at_each_position():
     """Flax's nn.LayerNorm on channels-last maps, on Equinox's channels-first ones."""
     x = np.asarray(jax.random.normal(jax.random.key(3), (5, 4, 3))) * 3 + 1
@@ -566,6 +594,7 @@ def test_channel_layer_norm_normalises_channels_at_each_position():
     np.testing.assert_allclose(np.asarray(norm(jnp.asarray(x))), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.compiled
 def test_nature_and_minatar_cnn_layer_norm_and_valid_padding():
     shape = (4, 84, 84)
     config = SimpleNamespace(kind="nature_cnn", norm="layer_norm")
@@ -589,6 +618,7 @@ def test_nature_and_minatar_cnn_layer_norm_and_valid_padding():
     assert len(torso.norms) == 1
 
 
+@pytest.mark.unit
 def test_norm_is_validated_by_the_spec():
     import zoo
 
@@ -619,6 +649,7 @@ def _numpy_adaptive_max_pool(x: np.ndarray, out_h: int, out_w: int) -> np.ndarra
 @pytest.mark.parametrize(
     ("in_hw", "out_hw"), [((11, 11), (6, 6)), ((6, 6), (6, 6)), ((7, 10), (3, 4)), ((4, 5), (6, 6))]
 )
+@pytest.mark.compiled
 def test_adaptive_max_pool_matches_a_numpy_loop(in_hw, out_hw):
     # overlapping bins (11 → 6), the identity (6 → 6), uneven sides, and more bins than rows
     x = np.asarray(jax.random.normal(jax.random.key(3), (3, *in_hw)))
@@ -636,6 +667,7 @@ def _convs(torso: zn.ImpalaCNN) -> list[eqx.nn.Conv2d]:
     return [x for x in jax.tree.leaves(torso, is_leaf=is_conv) if is_conv(x)]
 
 
+@pytest.mark.compiled
 def test_impala_defaults_build_todays_network_bit_for_bit():
     from zoo.spec.network import ImpalaCnnTorso
 
@@ -649,6 +681,7 @@ def test_impala_defaults_build_todays_network_bit_for_bit():
     assert new.pool is None and all(type(c) is eqx.nn.Conv2d for c in _convs(new))
 
 
+@pytest.mark.compiled
 def test_impala_width_multiplies_every_channel_count():
     torso = _impala(SimpleNamespace(channels=[2, 3], width=2))
     # per stack: the stack's convolution, then two blocks of two convolutions
@@ -662,6 +695,7 @@ def test_impala_width_multiplies_every_channel_count():
     assert jax.eval_shape(_impala(btr, (4, 84, 84)), frames).shape == (2304,)
 
 
+@pytest.mark.compiled
 def test_impala_adaptive_pool_fixes_the_feature_count_after_the_relu():
     config = SimpleNamespace(channels=[2, 3], pool=[2, 2])
     pooled, plain = _impala(config), _impala(SimpleNamespace(channels=[2, 3]))
@@ -674,6 +708,7 @@ def test_impala_adaptive_pool_fixes_the_feature_count_after_the_relu():
         np.testing.assert_allclose(features, expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.compiled
 def test_spectral_norm_estimates_the_largest_singular_value():
     # Equinox's initialisation of 3×3 convolutions: singular values close together, the slowest
     # case for the power iteration; a dense layer too
@@ -701,6 +736,7 @@ def test_spectral_norm_estimates_the_largest_singular_value():
     )
 
 
+@pytest.mark.compiled
 def test_spectral_norm_gradient_treats_the_singular_vectors_as_constants():
     # PyTorch's gradient: σ = uᵀWv with u, v fixed, so dσ/dW = u vᵀ; converged, u and v are the
     # top singular vectors (up to a common sign)
@@ -710,6 +746,7 @@ def test_spectral_norm_gradient_treats_the_singular_vectors_as_constants():
     np.testing.assert_allclose(grad, np.outer(left[:, 0], right[0]), atol=1e-4)
 
 
+@pytest.mark.compiled
 def test_impala_spectral_norm_wraps_the_residual_convolutions_only():
     config = SimpleNamespace(channels=[2, 3], spectral_norm=True, power_iterations=3)
     torso, plain = _impala(config), _impala(SimpleNamespace(channels=[2, 3]))
@@ -736,6 +773,7 @@ def test_impala_spectral_norm_wraps_the_residual_convolutions_only():
     assert float(jnp.abs(grads.stacks[0].blocks[0].conv0.layer.weight).sum()) > 0
 
 
+@pytest.mark.unit
 def test_impala_options_are_validated_by_the_spec():
     import zoo
 
@@ -758,6 +796,7 @@ def test_impala_options_are_validated_by_the_spec():
             zoo.load_algorithm("dqn", overrides={"network.torso": {"kind": "impala_cnn", **bad}})
 
 
+@pytest.mark.compiled
 def test_btr_preset_network_has_btrs_shapes_and_parameter_count():
     """The ``btr`` preset's network, traced only (no compile): BTR's ImpalaCNNLargeIQN (VIPTankz/
     BeyondTheRainbowICML@5ee23db networks.py) on 4×84×84 frames with 18 actions has, counted

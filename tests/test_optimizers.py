@@ -24,6 +24,7 @@ def run(opt: optax.GradientTransformation, steps: int = 8) -> np.ndarray:
     return np.asarray(params["w"])
 
 
+@pytest.mark.compiled
 def test_radam_is_optax_radam_after_global_norm_clipping():
     config = RAdam(learning_rate=0.1, max_grad_norm=10.0)
     want = run(optax.chain(optax.clip_by_global_norm(10.0), optax.radam(0.1)))
@@ -35,6 +36,7 @@ def test_radam_is_optax_radam_after_global_norm_clipping():
     )
 
 
+@pytest.mark.compiled
 def test_radam_takes_sgd_steps_before_rectifying():
     """RAdam's first updates (ρ_t ≤ threshold) are momentum SGD steps, not Adam's ±lr."""
     params = {"w": jnp.array([0.5])}
@@ -43,6 +45,7 @@ def test_radam_takes_sgd_steps_before_rectifying():
     np.testing.assert_allclose(np.asarray(updates["w"]), [-0.1 * 0.5], rtol=1e-6)
 
 
+@pytest.mark.unit
 def test_radam_in_a_spec_and_its_rules():
     spec = zoo.load_algorithm(
         "dqn", overrides={"optimizer": {"kind": "radam", "learning_rate": 2.5e-4}}
@@ -78,6 +81,7 @@ GROUPED = {
 }
 
 
+@pytest.mark.compiled
 def test_each_group_is_trained_by_its_own_optimizer():
     """Three updates of a network through the grouped optimizer equal three updates of each part
     by its own optax optimizer (clipping applies to the main optimizer's parameters alone)."""
@@ -169,12 +173,14 @@ def test_each_group_is_trained_by_its_own_optimizer():
         ),
     ],
 )
+@pytest.mark.unit
 def test_group_problems_name_the_group(groups, path, fragment):
     with pytest.raises(zoo.SpecError) as e:
         zoo.load_algorithm("dqn", overrides={"optimizer.groups": groups})
     assert f"{path}: " in str(e.value) and fragment in str(e.value)
 
 
+@pytest.mark.compiled
 def test_a_group_that_names_no_parameter_is_refused_before_training(tmp_path):
     from zoo.run import RunRefusedError
 

@@ -24,6 +24,7 @@ from zoo.replay import StepBatch, build_replay
     ("num_envs", "period", "min_size"),
     list(itertools.product([1, 3, 8], [1, 2, 4, 5], [1, 7, 16])),
 )
+@pytest.mark.compiled
 def test_update_credit_is_one_rule_on_host_and_device(num_envs, period, min_size):
     """Python numbers (the host driver's mirror) and device arrays (the compiled driver) give the
     same updates; a vector step is never due more than ``max_updates``; every credited
@@ -61,6 +62,7 @@ def test_update_credit_is_one_rule_on_host_and_device(num_envs, period, min_size
     assert host_credit == credited - total * period
 
 
+@pytest.mark.compiled
 def test_deferred_priorities_are_written_only_once_valid():
     spec = zoo.load_algorithm(
         "prioritized_ddqn",
@@ -98,6 +100,7 @@ def test_deferred_priorities_are_written_only_once_valid():
     np.testing.assert_array_equal(restored.frames, state.frames)
 
 
+@pytest.mark.unit
 def test_uniform_replay_has_no_deferred_priorities():
     spec = zoo.load_algorithm("dqn", overrides={"replay.capacity": 64, "replay.min_size": 32})
     replay = build_replay(spec, num_envs=1, observation_shape=(2,), observation_dtype=jnp.float32)
@@ -107,6 +110,7 @@ def test_uniform_replay_has_no_deferred_priorities():
     assert replay.write_priorities(state, None) is state
 
 
+@pytest.mark.unit
 def test_actor_epsilon_is_the_schedule_over_transitions():
     spec = zoo.load_algorithm("dqn")  # linear 1.0 -> 0.01 over 250k transitions
     actor = Actor(spec, num_envs=4, num_actions=2)
@@ -116,6 +120,7 @@ def test_actor_epsilon_is_the_schedule_over_transitions():
     assert actor.initial_state is None
 
 
+@pytest.mark.compiled
 def test_actor_epsilon_is_zero_from_epsilon_off_after():
     """``schedule.epsilon_off_after``: the schedule's ε before it, 0 from it on (and the
     schedule alone where it is null)."""
@@ -130,6 +135,7 @@ def test_actor_epsilon_is_zero_from_epsilon_off_after():
     assert float(plain.epsilon(80)) == pytest.approx(0.6)
 
 
+@pytest.mark.compiled
 def test_actor_resets_recurrent_state_at_a_game_start():
     spec = zoo.load_algorithm("r2d2", overrides={"network.core.size": 4})
     net = zoo.build_network(spec, observation_shape=(3,), num_actions=2, key=jax.random.PRNGKey(0))

@@ -415,12 +415,14 @@ def _sourced(path: str, sources: Mapping[str, str]) -> str | None:
     return None
 
 
+@pytest.mark.unit
 def test_every_paper_preset_is_shipped():
     assert set(PAPER_PRESETS) <= set(spec_lib.preset_names())
     assert set(PUBLISHED) | set(RECALLED) <= set(PAPER_PRESETS)
 
 
 @pytest.mark.parametrize("name", spec_lib.preset_names())
+@pytest.mark.compiled
 def test_preset_validates_and_builds(name):
     preset = zoo.load_preset(name)
     algorithm = spec_lib.algorithm_for(preset)
@@ -446,6 +448,7 @@ def test_preset_validates_and_builds(name):
 
 
 @pytest.mark.parametrize("name", PAPER_PRESETS)
+@pytest.mark.unit
 def test_paper_preset_names_its_paper_protocol_and_games(name):
     preset = zoo.load_preset(name)
     assert preset.reference.paper and "http" in preset.reference.paper
@@ -466,12 +469,14 @@ def _departures(preset: str, table: Mapping[str, tuple[Any, str]]) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
+@pytest.mark.unit
 def test_published_values_checked_in_a_source_file(name):
     wrong = _departures(name, PUBLISHED[name])
     assert not wrong, f"{name} departs from its paper's checked values:\n" + "\n".join(wrong)
 
 
 @pytest.mark.parametrize("name", PAPER_PRESETS)
+@pytest.mark.unit
 def test_every_overridden_field_names_its_source(name):
     preset = zoo.load_preset(name)
     sources = preset.reference.sources
@@ -482,6 +487,7 @@ def test_every_overridden_field_names_its_source(name):
 
 
 @pytest.mark.parametrize("name", sorted(RECALLED))
+@pytest.mark.unit
 def test_recalled_values_are_tagged_recalled(name):
     sources = zoo.load_preset(name).reference.sources
     for path in RECALLED[name]:
@@ -490,6 +496,7 @@ def test_recalled_values_are_tagged_recalled(name):
 
 
 @pytest.mark.parametrize("name", spec_lib.preset_names())
+@pytest.mark.unit
 def test_reference_series_share_the_preset_protocol(name):
     preset = zoo.load_preset(name)
     for series in preset.reference.series:
@@ -500,6 +507,7 @@ def test_reference_series_share_the_preset_protocol(name):
         )
 
 
+@pytest.mark.unit
 def test_a_changed_paper_value_is_caught(tmp_path):
     # The table is compared with the resolved spec, so an edit anywhere in the extends chain shows.
     text = (spec_lib.presets_dir() / "dqn_nature.yaml").read_text(encoding="utf-8")
@@ -509,6 +517,7 @@ def test_a_changed_paper_value_is_caught(tmp_path):
     assert len(wrong) == 1 and wrong[0].startswith("schedule.target_update_period: preset 2000")
 
 
+@pytest.mark.run
 def test_minatar_preset_trains_end_to_end(tmp_path):
     # The preset drives a real run: MinAtar through gymnasium, the minatar_cnn torso, the preset's
     # protocol; a tiny budget (the replay starts learning after 64 transitions).

@@ -51,16 +51,19 @@ PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)
         (" 5% ", ProgressMode("percent", 5.0)),
     ],
 )
+@pytest.mark.unit
 def test_progress_modes_parse(text: str, expected: ProgressMode) -> None:
     assert ProgressMode.parse(text) == expected
 
 
 @pytest.mark.parametrize("text", ["0s", "-1", "0%", "101%", "often", "nan", "inf"])
+@pytest.mark.unit
 def test_progress_modes_refuse_nonsense(text: str) -> None:
     with pytest.raises(ProgressModeError, match="use auto, bar, off"):
         ProgressMode.parse(text)
 
 
+@pytest.mark.unit
 def test_auto_is_a_redrawn_line_on_a_terminal_and_lines_every_30s_elsewhere() -> None:
     assert ProgressMode.parse("auto", io.StringIO()) == ProgressMode("seconds", 30.0)
     assert ProgressMode.parse(None, io.StringIO()) == ProgressMode("seconds", 30.0)
@@ -70,6 +73,7 @@ def test_auto_is_a_redrawn_line_on_a_terminal_and_lines_every_30s_elsewhere() ->
     os.close(main)
 
 
+@pytest.mark.unit
 def test_a_typo_in_the_environment_variable_never_stops_a_run(monkeypatch) -> None:
     monkeypatch.setenv(PROGRESS_VARIABLE, "evry 30s")
     log = io.StringIO()
@@ -80,6 +84,7 @@ def test_a_typo_in_the_environment_variable_never_stops_a_run(monkeypatch) -> No
     assert again.getvalue() == ""
 
 
+@pytest.mark.unit
 def test_format_duration() -> None:
     assert [format_duration(s) for s in (0, 42.4, 185, 7440, float("nan"))] == [
         "0s",
@@ -90,6 +95,7 @@ def test_format_duration() -> None:
     ]
 
 
+@pytest.mark.unit
 def test_windowed_rate_recovers_each_records_time_from_its_since_start_rate() -> None:
     # times 10 s, 10 s, 20 s after the session started (env_steps / env_steps_per_s)
     records = [
@@ -106,6 +112,7 @@ def test_windowed_rate_recovers_each_records_time_from_its_since_start_rate() ->
 # ------------------------------------------------------------------------ training progress
 
 
+@pytest.mark.unit
 def test_training_lines_in_a_log_carry_rate_eta_and_the_latest_return() -> None:
     log = io.StringIO()  # not a terminal
     progress = Progress(1000, stream=log, mode="25%")
@@ -138,6 +145,7 @@ def test_training_lines_in_a_log_carry_rate_eta_and_the_latest_return() -> None:
     )
 
 
+@pytest.mark.unit
 def test_a_resumed_run_counts_its_shares_from_where_it_starts() -> None:
     log = io.StringIO()
     progress = Progress(1000, stream=log, mode="25%")
@@ -147,6 +155,7 @@ def test_a_resumed_run_counts_its_shares_from_where_it_starts() -> None:
     assert shares == ["75"]  # 610 starts it; 750 is the next quarter; 1,000 waits for final
 
 
+@pytest.mark.unit
 def test_off_writes_nothing_and_a_terminal_gets_one_redrawn_line() -> None:
     log = io.StringIO()
     progress = Progress(100, stream=log, mode="off")
@@ -186,10 +195,12 @@ def balance(observations: np.ndarray) -> np.ndarray:
         (10, 1, None, 700, 700),
     ],
 )
+@pytest.mark.unit
 def test_step_bound(episodes, num_envs, cap, max_steps, bound) -> None:
     assert step_bound(episodes, num_envs, cap, max_steps) == bound
 
 
+@pytest.mark.compiled
 def test_the_bound_is_what_an_evaluation_of_games_at_the_cap_plays() -> None:
     # every game runs to the cap (a shortened CartPole limit): the bound is reached exactly
     log = io.StringIO()
@@ -217,6 +228,7 @@ def test_the_bound_is_what_an_evaluation_of_games_at_the_cap_plays() -> None:
         ), line
 
 
+@pytest.mark.compiled
 def test_an_atari_evaluation_states_the_protocols_cap_up_front() -> None:
     # a barely trained Breakout agent never presses FIRE: each game runs to the 27,000-step cap,
     # and the evaluation used to look hung
@@ -256,6 +268,7 @@ def test_an_atari_evaluation_states_the_protocols_cap_up_front() -> None:
     assert "at most 270,009 agent steps (27,000 per game)" in log.getvalue()
 
 
+@pytest.mark.compiled
 def test_a_short_evaluation_is_quiet_until_it_ends() -> None:
     log = io.StringIO()
     shown = EvaluationProgress("evaluation", stream=log, mode="30s", quiet=3600)
@@ -275,7 +288,7 @@ def test_a_short_evaluation_is_quiet_until_it_ends() -> None:
 # --------------------------------------------------------------------- a logged run, end to end
 
 
-@pytest.mark.slow  # a real run and a real `zoo eval` in subprocesses (15-70 s by the load)
+@pytest.mark.process  # a real run and a real `zoo eval` in subprocesses (15-70 s by the load)
 def test_a_run_writing_to_a_file_shows_progress_and_every_evaluation(tmp_path: Path) -> None:
     log_path = tmp_path / "train.log"
     environ = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
@@ -351,7 +364,8 @@ def test_a_run_writing_to_a_file_shows_progress_and_every_evaluation(tmp_path: P
     assert "over 2 games under protocol classic" in result.stdout
 
 
-@pytest.mark.slow  # an Atari run in a subprocess (a Nature CNN compiles in 20-60 s)
+@pytest.mark.process  # an Atari run in a subprocess (a Nature CNN compiles in 20-60 s)
+@pytest.mark.xdist_group("timing")
 def test_ctrl_c_during_a_long_evaluation_is_answered_at_once(tmp_path: Path) -> None:
     # Ctrl-C during an Atari evaluation (minutes of games to the step cap) seemed ignored: the
     # run stops only once the evaluation ends. One evaluation environment keeps the evaluation

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import zoo.envs as ze
 from zoo.envs.protocol_doc import protocols_markdown, zoo_value
+
+pytestmark = pytest.mark.unit
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "protocols.md"
 

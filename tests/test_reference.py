@@ -15,6 +15,8 @@ import yaml
 from zoo import reference as ref
 from zoo.compare import record_series, training_statistic
 
+pytestmark = pytest.mark.unit
+
 DOPAMINE = [
     "dopamine/dqn_adam_mse",
     "dopamine/dqn",

@@ -312,6 +312,7 @@ TOLERANCE = 1e-5
 FLOAT64_TOLERANCE = 1e-9
 
 
+@pytest.mark.unit
 def test_catalogue_and_preset_values() -> None:
     """``fqf`` carries microsoft/FQF's values: N = 32, 64 cosines, κ = 1, Adam 5e-5 (ε 3.125e-4)
     and the proposal layer's centred RMSProp (5e-5 × 1e-6, decay 0.95, ε 1e-5 / 32²)."""
@@ -329,6 +330,7 @@ def test_catalogue_and_preset_values() -> None:
     assert rms.eps == pytest.approx(1e-5 / 32**2)
 
 
+@pytest.mark.compiled
 def test_oracle_quantile_loss_matches_a_numpy_loop(nets) -> None:
     """The oracle's quantile loss equals the source's formula written out item by item."""
     online, target = nets
@@ -357,6 +359,7 @@ def test_oracle_quantile_loss_matches_a_numpy_loop(nets) -> None:
             np.testing.assert_allclose(float(quantile[i]), total, rtol=1e-10)
 
 
+@pytest.mark.compiled
 def test_fqf_matches_the_sources_two_optimizer_step(nets) -> None:
     """Loss and every gradient of the project equal the oracle's, in float32 and float64; the
     proposed fractions are far from uniform and the proposal layer's gradient is not zero."""
@@ -375,6 +378,7 @@ def test_fqf_matches_the_sources_two_optimizer_step(nets) -> None:
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
+@pytest.mark.compiled
 def test_check_fails_on_a_single_detail_change(mutation: str, nets) -> None:
     """Each single-detail change of the oracle moves it away from the project by far more than
     the tolerance: the check can fail."""
@@ -385,6 +389,7 @@ def test_check_fails_on_a_single_detail_change(mutation: str, nets) -> None:
     assert not close(got, mutated, 100 * TOLERANCE), f"{mutation}: {explain(got, mutated)}"
 
 
+@pytest.mark.compiled
 def test_head_outputs_by_role(nets) -> None:
     """Every role gives the same proposed midpoints, quantiles and width-weighted Q; only the
     learner's role adds the interior fractions and their quantiles."""

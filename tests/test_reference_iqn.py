@@ -339,6 +339,7 @@ TOLERANCE = 1e-5
 FLOAT64_TOLERANCE = 1e-9
 
 
+@pytest.mark.unit
 def test_catalogue_values() -> None:
     """``iqn`` and ``m_iqn`` carry the papers' values (dqn_zoo/Dopamine: 64 cosines, N = N′ =
     64, K = 32, κ = 1; M-IQN: α 0.9, τ 0.03, clip −1)."""
@@ -354,6 +355,7 @@ def test_catalogue_values() -> None:
     assert (m_iqn.loss.munchausen.alpha, m_iqn.loss.munchausen.clip_min) == (0.9, -1.0)
 
 
+@pytest.mark.compiled
 def test_oracle_matches_a_naive_numpy_loop(nets) -> None:
     """The IQN oracle equals the quantile Huber loss written out in numpy, item by item."""
     online, target = nets
@@ -376,6 +378,7 @@ def test_oracle_matches_a_naive_numpy_loop(nets) -> None:
         np.testing.assert_allclose(float(value), np.mean(expected), rtol=1e-10)
 
 
+@pytest.mark.compiled
 def test_m_iqn_oracle_reduces_to_iqn_without_munchausen_at_small_temperature(nets) -> None:
     """With α = 0 and τ → 0 the soft target is the greedy one: M-IQN's oracle → IQN's."""
     online, target = nets
@@ -394,6 +397,7 @@ def test_m_iqn_oracle_reduces_to_iqn_without_munchausen_at_small_temperature(net
 
 
 @pytest.mark.parametrize("entry", ["iqn", "m_iqn"])
+@pytest.mark.compiled
 def test_entry_matches_oracle(entry: str, nets) -> None:
     """Loss and gradient of the project equal the float64 oracle's, in float32 and float64."""
     online, target = nets
@@ -418,6 +422,7 @@ def test_entry_matches_oracle(entry: str, nets) -> None:
     ("entry", "mutation"),
     [("iqn", m) for m in MUTATIONS] + [("m_iqn", m) for m in M_IQN_MUTATIONS],
 )
+@pytest.mark.compiled
 def test_check_fails_on_a_single_detail_change(entry: str, mutation: str, nets) -> None:
     """Each single-detail change of the oracle moves it away from the project by far more than
     the tolerance: the exactness check can fail."""
@@ -431,6 +436,7 @@ def test_check_fails_on_a_single_detail_change(entry: str, mutation: str, nets) 
     assert not close(got, mutated, 100 * TOLERANCE), f"{mutation}: {explain(got, mutated)}"
 
 
+@pytest.mark.compiled
 def test_online_log_policy_matches_oracle(nets) -> None:
     """``loss.munchausen.policy: online``: loss and gradient equal the float64 oracle's with
     log π(a|s) from the online output at s, in float32 and float64; the bonus reaches both sides
@@ -453,6 +459,7 @@ def test_online_log_policy_matches_oracle(nets) -> None:
 
 
 @pytest.mark.parametrize(("entry", "log_policy"), [("m_iqn", "online"), ("m_iqn_online", "target")])
+@pytest.mark.unit
 def test_log_policy_network_is_told_apart(entry: str, log_policy: str, nets) -> None:
     """The oracle of the other setting of ``loss.munchausen.policy`` disagrees with the project
     by far more than the tolerance: each setting is checked, not the same loss twice."""
@@ -463,6 +470,7 @@ def test_log_policy_network_is_told_apart(entry: str, log_policy: str, nets) -> 
     assert not close(got, other, 100 * TOLERANCE), explain(got, other)
 
 
+@pytest.mark.compiled
 def test_zoo_iqn_head_draws_per_example_and_by_role() -> None:
     """The zoo's own head: each example its own fractions, as many as the role asks, q from K
     separate fractions at a bootstrap state; the oracle's loss on the zoo's network, with the

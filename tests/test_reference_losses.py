@@ -630,6 +630,7 @@ def _huber(x: float) -> float:
     return 0.5 * x * x if abs(x) <= 1.0 else abs(x) - 0.5
 
 
+@pytest.mark.compiled
 def test_oracle_hand_computed() -> None:
     """The oracle reproduces numbers computed by hand from the two tables above."""
     with jax.enable_x64(True):
@@ -693,6 +694,7 @@ def ff_nets() -> dict[str, tuple[FeedForwardNet, FeedForwardNet]]:
     }
 
 
+@pytest.mark.compiled
 def test_oracle_dqn_matches_numpy(ff_nets: dict) -> None:
     """The dqn oracle equals ``mean((clip(r) + γd·max Q_target(s') - Q(s, a))²)``."""
     with jax.enable_x64(True):
@@ -706,6 +708,7 @@ def test_oracle_dqn_matches_numpy(ff_nets: dict) -> None:
         np.testing.assert_allclose(loss, np.mean(td**2), rtol=1e-12)
 
 
+@pytest.mark.compiled
 def test_oracle_c51_matches_numpy(ff_nets: dict) -> None:
     """The prioritised C51 oracle equals a naive C51 projection and cross-entropy in numpy."""
     beta = 0.7
@@ -748,6 +751,7 @@ def test_oracle_c51_matches_numpy(ff_nets: dict) -> None:
         np.testing.assert_allclose(prio, np.abs(per_item), rtol=1e-10)
 
 
+@pytest.mark.compiled
 def test_oracle_qr_dqn_matches_numpy(ff_nets: dict) -> None:
     """The QR-DQN oracle equals a naive quantile Huber loss (κ = 1) in numpy, fed d·γ."""
     with jax.enable_x64(True):
@@ -820,6 +824,7 @@ def rnn_nets() -> tuple[RecurrentNet, RecurrentNet]:
     return RecurrentNet(jax.random.key(3)), RecurrentNet(jax.random.key(4))
 
 
+@pytest.mark.compiled
 def test_oracle_r2d2_matches_numpy(rnn_nets: tuple[RecurrentNet, RecurrentNet]) -> None:
     """The R2D2 oracle (time-major, vmapped rlax) equals a naive batch-major numpy loop."""
     y = np.linspace(-50.0, 50.0, 11)
@@ -961,6 +966,7 @@ def cases() -> Any:
 
 
 @pytest.mark.parametrize("name", ENTRIES)
+@pytest.mark.unit
 def test_catalogue_carries_reference_hyperparameters(name: str) -> None:
     """Each reference entry carries the values the oracle hard-codes (and the papers give)."""
     spec = zoo.load_algorithm(name)
@@ -969,6 +975,7 @@ def test_catalogue_carries_reference_hyperparameters(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ENTRIES)
+@pytest.mark.compiled
 def test_batches_exercise_the_reference(name: str, cases: Cases) -> None:
     """The test data reaches the edge cases: clips, terminals, unambiguous argmaxes."""
     case = cases.case(name)
@@ -1064,12 +1071,14 @@ def check_against_oracle(
 
 @pytest.mark.parametrize("jit", [True, False], ids=["jit", "eager"])
 @pytest.mark.parametrize("name", ENTRIES)
+@pytest.mark.compiled
 def test_entry_matches_reference(name: str, jit: bool, cases: Cases) -> None:
     """Loss, priorities and gradient of each reference entry equal the float64 oracle's."""
     check_against_oracle(cases.case(name), cases.loss_fn(name), jit)
 
 
 @pytest.mark.parametrize("name", ENTRIES)
+@pytest.mark.compiled
 def test_entry_matches_reference_in_float64(name: str, cases: Cases) -> None:
     """Fed float64 networks and batch, each entry equals the oracle to ~roundoff (1e-6).
 
@@ -1079,6 +1088,7 @@ def test_entry_matches_reference_in_float64(name: str, cases: Cases) -> None:
     check_against_oracle(cases.case(name), cases.loss_fn(name), jit=False, float64=True)
 
 
+@pytest.mark.compiled
 def test_r2d2_burn_in_grad_option(cases: Cases) -> None:
     """``burn_in_grad: false`` keeps R2D2's loss and changes its gradient, as the oracle does."""
     with_grad, without = cases.case("r2d2"), cases.case("r2d2_no_burn_in_grad")
@@ -1095,6 +1105,7 @@ def test_r2d2_burn_in_grad_option(cases: Cases) -> None:
     check_against_oracle(with_grad, cases.loss_fn("r2d2"), jit=True)
 
 
+@pytest.mark.unit
 def test_x64_does_not_leak(cases: Cases) -> None:
     """After the oracle has run, JAX is back to its float32 default in this process."""
     cases.case("dqn")

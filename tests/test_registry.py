@@ -72,12 +72,14 @@ def log_cosh(config):
 # ------------------------------------------------------------------------------- the tables
 
 
+@pytest.mark.unit
 def test_every_axis_exists() -> None:
     assert set(registry.AXES) == {*BUILTINS, "replay"}
     assert all(description.strip() for description in registry.AXES.values())
 
 
 @pytest.mark.parametrize("axis", sorted(BUILTINS))
+@pytest.mark.unit
 def test_names_lists_builtins_with_wildcards(axis: str) -> None:
     everything = registry.names(axis)
     assert everything == sorted(everything)
@@ -91,6 +93,7 @@ def test_names_lists_builtins_with_wildcards(axis: str) -> None:
     assert registry.names(axis, "no_such_component*") == []
 
 
+@pytest.mark.unit
 def test_replay_axis_exists() -> None:
     """The replay kinds are registered like every other axis."""
     assert "replay" in registry.AXES
@@ -103,6 +106,7 @@ def test_replay_axis_exists() -> None:
         assert registry.get("replay", name)(None).prioritized is by_priority
 
 
+@pytest.mark.unit
 def test_entries_carry_their_docstring_summary() -> None:
     found = registry.entry("td", "huber")
     assert (found.axis, found.name) == ("td", "huber")
@@ -110,6 +114,7 @@ def test_entries_carry_their_docstring_summary() -> None:
     assert found.summary == (found.factory.__doc__ or "").strip().splitlines()[0]
 
 
+@pytest.mark.unit
 def test_list_components_matches_axis_slash_name_or_name() -> None:
     by_axis = [(e.axis, e.name) for e in registry.list_components("td/*")]
     assert set(by_axis) >= {("td", n) for n in BUILTINS["td"]}
@@ -118,6 +123,7 @@ def test_list_components_matches_axis_slash_name_or_name() -> None:
     assert by_name == {("head", "quantile"), ("head_loss", "quantile")}
 
 
+@pytest.mark.unit
 def test_unknown_name_suggests_and_lists_registered_names() -> None:
     with pytest.raises(registry.UnknownComponentError) as excinfo:
         registry.get("td", "hubber")
@@ -136,6 +142,7 @@ def test_unknown_name_suggests_and_lists_registered_names() -> None:
         lambda: registry.register("tdd", "x"),
     ],
 )
+@pytest.mark.unit
 def test_unknown_axis_suggests_and_lists_axes(call: Callable[[], object]) -> None:
     with pytest.raises(registry.UnknownComponentError) as excinfo:
         call()
@@ -144,6 +151,7 @@ def test_unknown_axis_suggests_and_lists_axes(call: Callable[[], object]) -> Non
     assert all(axis in message for axis in registry.AXES)
 
 
+@pytest.mark.unit
 def test_no_suggestion_for_a_name_far_from_all() -> None:
     with pytest.raises(registry.UnknownComponentError) as excinfo:
         registry.get("bootstrap", "zzzzzzzz")
@@ -151,6 +159,7 @@ def test_no_suggestion_for_a_name_far_from_all() -> None:
     assert "double, max, soft" in str(excinfo.value)
 
 
+@pytest.mark.unit
 def test_suggest() -> None:
     assert registry.suggest("dubble", ["max", "double", "soft"]) == "double"
     assert registry.suggest("xyz", ["max", "double", "soft"]) is None
@@ -168,6 +177,7 @@ def temporary_name() -> Iterator[str]:
         registry.unregister("td", name)
 
 
+@pytest.mark.unit
 def test_registering_a_name_twice_is_an_error(temporary_name: str) -> None:
     def first(config: object) -> Callable[[jax.Array], jax.Array]:
         """The first one."""
@@ -183,6 +193,7 @@ def test_registering_a_name_twice_is_an_error(temporary_name: str) -> None:
     assert registry.get("td", temporary_name) is first  # never silently replaced
 
 
+@pytest.mark.unit
 def test_registering_a_builtin_name_is_an_error() -> None:
     registry.names("td")  # built-ins loaded
     with pytest.raises(registry.DuplicateComponentError, match="'huber'"):
@@ -190,6 +201,7 @@ def test_registering_a_builtin_name_is_an_error() -> None:
     assert registry.get("td", "huber").__module__ == "zoo.losses.components"
 
 
+@pytest.mark.unit
 def test_unregister_removes_and_returns_the_entry(temporary_name: str) -> None:
     registry.register("td", temporary_name)(lambda config: jnp.abs)
     removed = registry.unregister("td", temporary_name)
@@ -235,6 +247,7 @@ class Linear(eqx.Module):
         return zoo.NetworkOutput(q_values=self.W @ obs)
 
 
+@pytest.mark.compiled
 def test_user_component_validates_and_builds_a_loss(
     tmp_path: Path, log_cosh_td: type[LogCosh]
 ) -> None:
@@ -281,6 +294,7 @@ def test_user_component_validates_and_builds_a_loss(
     np.testing.assert_allclose(float(aux.metrics["abs_td"]), np.abs(td).mean(), rtol=1e-5)
 
 
+@pytest.mark.unit
 def test_user_component_misspelt_suggests_it(tmp_path: Path, log_cosh_td: type[LogCosh]) -> None:
     path = tmp_path / "typo.yaml"
     path.write_text(MINE.replace("log_cosh", "log_cosj"))
@@ -293,6 +307,7 @@ def test_user_component_misspelt_suggests_it(tmp_path: Path, log_cosh_td: type[L
     assert set(allowed) >= {"log_cosh", "squared", "huber", "cross_entropy"}
 
 
+@pytest.mark.unit
 def test_user_component_fields_are_validated(tmp_path: Path, log_cosh_td: type[LogCosh]) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text(MINE.replace("scale: 2.0", "scale: two, sacle: 1.0"))
@@ -302,6 +317,7 @@ def test_user_component_fields_are_validated(tmp_path: Path, log_cosh_td: type[L
     assert paths == ["loss.td.sacle", "loss.td.scale"]
 
 
+@pytest.mark.unit
 def test_an_unregistered_user_component_is_unknown(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text(MINE)
@@ -353,6 +369,7 @@ def plugin_dir(tmp_path: Path) -> Path:
     ],
     ids=["--plugin", "ZOO_PLUGINS", "ZOO_PLUGINS-list"],
 )
+@pytest.mark.process
 def test_cli_plugin_makes_a_component_usable(
     plugin_dir: Path, args: list[str], env: dict[str, str]
 ) -> None:
@@ -368,6 +385,7 @@ def test_cli_plugin_makes_a_component_usable(
     assert f"{mine}: ok (1 entry)" in result.stdout
 
 
+@pytest.mark.process
 def test_cli_without_the_plugin_the_component_is_unknown(plugin_dir: Path) -> None:
     mine = str(plugin_dir / "mine.yaml")
     result = run_zoo(
@@ -380,6 +398,7 @@ def test_cli_without_the_plugin_the_component_is_unknown(plugin_dir: Path) -> No
     assert "Allowed: cross_entropy, huber, squared." in first
 
 
+@pytest.mark.process
 def test_cli_shows_a_plugin_component(plugin_dir: Path) -> None:
     result = run_zoo(
         "--plugin",
@@ -416,6 +435,7 @@ def run_console(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Comple
     [(["--plugin", "myplug"], {}), ([], {"ZOO_PLUGINS": "myplug"})],
     ids=["--plugin", "ZOO_PLUGINS"],
 )
+@pytest.mark.process
 def test_cli_finds_a_plugin_in_the_working_directory(
     plugin_dir: Path, args: list[str], env: dict[str, str]
 ) -> None:
@@ -429,6 +449,7 @@ def test_cli_finds_a_plugin_in_the_working_directory(
     assert "td/log_cosh" in result.stdout
 
 
+@pytest.mark.process
 def test_cli_imports_a_plugin_given_as_a_file(plugin_dir: Path) -> None:
     cwd = plugin_dir.parent / "cwd"
     result = run_console(
@@ -438,6 +459,7 @@ def test_cli_imports_a_plugin_given_as_a_file(plugin_dir: Path) -> None:
     assert "ok (1 entry)" in result.stdout
 
 
+@pytest.mark.process
 def test_cli_a_plugin_elsewhere_is_not_found_and_says_where_it_looked(plugin_dir: Path) -> None:
     cwd = plugin_dir.parent / "cwd"
     result = run_console("--plugin", "myplug", "validate", "../plugins/mine.yaml", cwd=cwd, env={})
@@ -453,6 +475,7 @@ def test_cli_a_plugin_elsewhere_is_not_found_and_says_where_it_looked(plugin_dir
     [(["--plugin", "does_not_exist"], {}), ([], {"ZOO_PLUGINS": "does_not_exist"})],
     ids=["--plugin", "ZOO_PLUGINS"],
 )
+@pytest.mark.process
 def test_cli_missing_plugin_is_a_clear_error(
     tmp_path: Path, args: list[str], env: dict[str, str]
 ) -> None:
@@ -475,6 +498,7 @@ EVIL = [
 
 
 @pytest.mark.parametrize("text", EVIL, ids=["apply", "nested-apply", "new", "name"])
+@pytest.mark.unit
 def test_yaml_python_tags_are_refused(tmp_path: Path, text: str) -> None:
     pwned = tmp_path / "pwned"
     path = tmp_path / "evil.yaml"
@@ -489,6 +513,7 @@ def test_yaml_python_tags_are_refused(tmp_path: Path, text: str) -> None:
     assert not pwned.exists()
 
 
+@pytest.mark.unit
 def test_override_values_never_run_code(tmp_path: Path) -> None:
     """``--set`` values are YAML too, read with the same safe loader."""
     pwned = tmp_path / "pwned"
@@ -497,6 +522,7 @@ def test_override_values_never_run_code(tmp_path: Path) -> None:
     assert not pwned.exists()
 
 
+@pytest.mark.process
 def test_cli_refuses_python_tags(tmp_path: Path) -> None:
     pwned = tmp_path / "pwned"
     (tmp_path / "evil.yaml").write_text(EVIL[0].format(pwned=pwned))
@@ -507,6 +533,7 @@ def test_cli_refuses_python_tags(tmp_path: Path) -> None:
     assert not pwned.exists()
 
 
+@pytest.mark.process
 def test_yaml_text_cannot_load_a_plugin(tmp_path: Path) -> None:
     """Naming a module in a file imports nothing: components come only from explicit plugins."""
     (tmp_path / "sneaky.py").write_text(PLUGIN + "\nopen('imported', 'w').close()\n")
@@ -520,6 +547,7 @@ def test_yaml_text_cannot_load_a_plugin(tmp_path: Path) -> None:
     assert not (tmp_path / "imported").exists()
 
 
+@pytest.mark.process
 def test_a_plugin_cannot_claim_a_builtin_name(tmp_path: Path) -> None:
     (tmp_path / "shadow.py").write_text(
         "from zoo import registry\nregistry.register('td', 'huber')(lambda config: abs)\n"

@@ -94,6 +94,7 @@ def messages(excinfo: pytest.ExceptionInfo[SpecError]) -> list[str]:
         ),
     ],
 )
+@pytest.mark.unit
 def test_spec_values_that_cannot_train_are_refused(overrides, path, fragment):
     with pytest.raises(SpecError) as e:
         spec.load_algorithm("dqn", overrides=overrides)
@@ -101,6 +102,7 @@ def test_spec_values_that_cannot_train_are_refused(overrides, path, fragment):
     assert any(f" {path}: " in line and fragment in line for line in lines), lines
 
 
+@pytest.mark.unit
 def test_a_network_that_cannot_fit_in_memory_is_refused_at_validation():
     # validation used to pass and JAX failed after reaching 16 GB
     with pytest.raises(SpecError) as e:
@@ -110,6 +112,7 @@ def test_a_network_that_cannot_fit_in_memory_is_refused_at_validation():
     assert "of memory; use smaller layers" in line
 
 
+@pytest.mark.unit
 def test_set_problems_name_set_not_the_installed_catalogue():
     with pytest.raises(SpecError) as e:
         spec.load_algorithm("dqn", overrides={"loss.n_step": "abc"})
@@ -120,6 +123,7 @@ def test_set_problems_name_set_not_the_installed_catalogue():
     assert code == 2 and err.startswith("--set: dqn: loss.n_step: ")
 
 
+@pytest.mark.unit
 def test_an_entry_extending_itself_is_not_offered_itself(tmp_path):
     # used to say "unknown entry 'self'; did you mean 'self'?"
     with pytest.raises(SpecError) as e:
@@ -129,6 +133,7 @@ def test_an_entry_extending_itself_is_not_offered_itself(tmp_path):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.unit
 def test_a_1000_entry_extends_chain_is_refused_quickly_without_recursion_error(tmp_path, reverse):
     # used to end in a RecursionError after 45 s (500 entries took 10 s)
     lines = ["e0: {extends: dqn}"] + [f"e{i}: {{extends: e{i - 1}}}" for i in range(1, 1000)]
@@ -152,6 +157,7 @@ def test_a_1000_entry_extends_chain_is_refused_quickly_without_recursion_error(t
         "x: {extends: dqn, network: " + "{a: " * 500 + "1" + "}" * 500 + "}\n",
     ],
 )
+@pytest.mark.unit
 def test_deep_nesting_is_refused_without_recursion_error(tmp_path, text):
     path = write(tmp_path, "deep.yaml", text)
     with pytest.raises(SpecError) as e:
@@ -184,6 +190,7 @@ def test_deep_nesting_is_refused_without_recursion_error(tmp_path, text):
         ("--steps", "many", "expected a whole number, got 'many'"),
     ],
 )
+@pytest.mark.unit
 def test_every_train_value_is_checked_before_anything_is_written(
     tmp_path, monkeypatch, flag, value, fragment
 ):
@@ -213,6 +220,7 @@ def test_every_train_value_is_checked_before_anything_is_written(
         ({"restart": True}, "--restart starts a run over in its own directory"),
     ],
 )
+@pytest.mark.unit
 def test_the_python_api_checks_the_same_values(tmp_path, monkeypatch, kwargs, fragment):
     import zoo
     from zoo.run import RunRefusedError
@@ -235,6 +243,7 @@ def test_the_python_api_checks_the_same_values(tmp_path, monkeypatch, kwargs, fr
         (["reproduce", "dqn_cartpole", "--num-envs", "0"], "argument --num-envs: must be from"),
     ],
 )
+@pytest.mark.unit
 def test_eval_and_reproduce_values_are_checked(tmp_path, monkeypatch, argv, fragment):
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(*argv)
@@ -245,6 +254,7 @@ def test_eval_and_reproduce_values_are_checked(tmp_path, monkeypatch, argv, frag
 # ----------------------------------------------------------------- a run that would train nothing
 
 
+@pytest.mark.unit
 def test_a_budget_that_never_reaches_min_size_is_refused_with_the_fix(tmp_path, monkeypatch):
     # the README's mine.yaml (extends qr_dqn, min_size 20,000) on 5,000 steps printed "0 updates"
     monkeypatch.chdir(tmp_path)
@@ -257,6 +267,7 @@ def test_a_budget_that_never_reaches_min_size_is_refused_with_the_fix(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"]
 
 
+@pytest.mark.compiled
 def test_a_replay_larger_than_the_budget_is_noted(tmp_path, capsys):
     import zoo
 
@@ -279,6 +290,7 @@ def test_a_replay_larger_than_the_budget_is_noted(tmp_path, capsys):
     assert "--set schedule.epsilon.steps=2500" in err
 
 
+@pytest.mark.compiled
 def test_a_presets_run_is_named_after_the_preset(tmp_path, monkeypatch):
     # a run of the preset dqn_cartpole was named runs/dqn-CartPole-v1-..., like a run of dqn
     import zoo
@@ -292,6 +304,7 @@ def test_a_presets_run_is_named_after_the_preset(tmp_path, monkeypatch):
         assert re.fullmatch(rf"{name}-CartPole-v1-s0-\d{{8}}-\d{{6}}", path.name), path
 
 
+@pytest.mark.compiled
 def test_a_preset_whose_exploration_fits_its_budget_gets_no_note(tmp_path, capsys):
     import zoo
 
@@ -300,6 +313,7 @@ def test_a_preset_whose_exploration_fits_its_budget_gets_no_note(tmp_path, capsy
     assert "schedule.epsilon" not in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_a_budget_equal_to_min_size_is_refused(tmp_path, monkeypatch):
     # the README's mine.yaml on --steps 20000 (its min_size) ran and reported "0 updates"
     monkeypatch.chdir(tmp_path)
@@ -311,6 +325,7 @@ def test_a_budget_equal_to_min_size_is_refused(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"]
 
 
+@pytest.mark.compiled
 def test_a_network_too_large_for_memory_is_refused_at_run_start_without_allocating(tmp_path):
     # the spec's lower bound (no input layer) passes this network; the exact count from shapes
     # (eval_shape: input 4 x width, output width x 2, biases) is 7 x width parameters, which
@@ -340,6 +355,7 @@ def test_a_network_too_large_for_memory_is_refused_at_run_start_without_allocati
     assert not run.exists()
 
 
+@pytest.mark.compiled
 def test_a_replay_layout_that_cannot_hold_a_window_is_refused_before_writing(tmp_path):
     # used to end in a ValueError traceback after the run directory was written
     run = tmp_path / "run"
@@ -355,6 +371,7 @@ def test_a_replay_layout_that_cannot_hold_a_window_is_refused_before_writing(tmp
 
 
 @pytest.mark.parametrize("name", ["a/../../../x", "/tmp/escaped", "..", "   "])
+@pytest.mark.compiled
 def test_yaml_entry_names_cannot_leave_the_runs_folder(tmp_path, monkeypatch, name):
     import zoo
 
@@ -379,6 +396,7 @@ def test_yaml_entry_names_cannot_leave_the_runs_folder(tmp_path, monkeypatch, na
     assert not Path("/tmp/escaped").exists() or name != "/tmp/escaped"
 
 
+@pytest.mark.compiled
 def test_run_dir_refuses_a_users_own_folder_and_leaves_it_untouched(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     mine = tmp_path / "thesis"
@@ -442,6 +460,7 @@ def env_steps(run: Path, name: str = "metrics.jsonl") -> list[int]:
     return [r["env_steps"] for r in read_jsonl(run / name)]
 
 
+@pytest.mark.run
 def test_an_evaluation_that_finishes_no_game_is_reported_not_a_traceback(finished):
     run, (code, out, err) = finished
     assert code == 0, err
@@ -459,6 +478,7 @@ def test_an_evaluation_that_finishes_no_game_is_reported_not_a_traceback(finishe
     assert code == 0 and "no game finished within --max-steps 3" in out
 
 
+@pytest.mark.compiled
 def test_a_second_run_into_a_finished_run_is_refused(finished, tmp_path):
     run = copy_run(finished[0], tmp_path / "run")
     before = files_of(run)
@@ -494,6 +514,7 @@ def stub_run(tmp_path: Path, name: str = "early") -> Path:
     return run
 
 
+@pytest.mark.run
 def test_a_run_that_died_before_its_first_checkpoint_is_refused_then_restarted(tmp_path):
     # kill -9 before the first checkpoint, then `zoo train ... --run-dir early` used to exit 0
     # and append a new run's metrics (8..800) after the dead run's (40..1080)
@@ -520,6 +541,7 @@ def test_a_run_that_died_before_its_first_checkpoint_is_refused_then_restarted(t
     assert code == 2 and "--restart only starts over a run that has none" in err
 
 
+@pytest.mark.unit
 def test_resume_keeps_the_run_and_refuses_what_would_change_it(finished, tmp_path):
     run = copy_run(finished[0], tmp_path / "run")
     before = files_of(run)
@@ -551,6 +573,7 @@ def test_resume_keeps_the_run_and_refuses_what_would_change_it(finished, tmp_pat
     assert env_steps(run) == list(range(4, 404, 4))
 
 
+@pytest.mark.run
 def test_an_edited_spec_or_settings_file_is_refused_in_one_line(finished, tmp_path):
     run = copy_run(finished[0], tmp_path / "run")
     spec_text = (run / "spec.yaml").read_text()
@@ -577,6 +600,7 @@ def test_an_edited_spec_or_settings_file_is_refused_in_one_line(finished, tmp_pa
     assert code == 2 and "its run.yaml was edited" in err and "seed: 0 at creation, 3 in" in err
 
 
+@pytest.mark.run
 def test_a_run_made_before_eval_envs_existed_resumes_with_one_evaluation_environment(
     finished, tmp_path
 ):
@@ -596,6 +620,7 @@ def test_a_run_made_before_eval_envs_existed_resumes_with_one_evaluation_environ
     assert code == 2 and "--eval-envs 2 (the run's is 1)" in err
 
 
+@pytest.mark.run
 def test_extending_the_budget_is_recorded_and_metrics_stay_whole(finished, tmp_path):
     run = copy_run(finished[0], tmp_path / "run")
     code, _, err = run_cli("train", "--resume", str(run), "--steps", "600")
@@ -620,6 +645,7 @@ def flip_last_byte(step_dir: Path, item: str) -> Path:
 
 
 @pytest.mark.parametrize("item", ["learner", "replay"])
+@pytest.mark.run
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(finished, tmp_path, item):
     # flipped replay bytes used to go unnoticed and surface later as "the loss became nan"
     run = copy_run(finished[0], tmp_path / "run")
@@ -638,6 +664,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(finished, tm
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["400", "600"]
 
 
+@pytest.mark.run
 def test_the_non_finite_stop_says_truly_whether_a_checkpoint_is_left(tmp_path):
     import zoo
     from zoo.run import RunError
@@ -658,6 +685,7 @@ def test_the_non_finite_stop_says_truly_whether_a_checkpoint_is_left(tmp_path):
     assert read_history(tmp_path / "nan")[-1]["status"] == "failed"
 
 
+@pytest.mark.process
 def test_eval_of_a_truncated_checkpoint_falls_back_then_fails_cleanly(finished, tmp_path):
     # `zoo eval` on a truncated checkpoint printed a clean message, then asyncio tracebacks
     run = copy_run(finished[0], tmp_path / "run")
@@ -690,6 +718,7 @@ def _size(path: Path) -> int:
 # ----------------------------------------------------------------------------- one owner only
 
 
+@pytest.mark.process
 def test_a_lock_dies_with_its_owner(tmp_path):
     """A crashed owner (kill -9) never leaves its run directory stuck."""
     from zoo.rundir import RunLock, RunRefusedError
@@ -719,6 +748,7 @@ def test_a_lock_dies_with_its_owner(tmp_path):
         pass
 
 
+@pytest.mark.process
 def test_two_trainers_on_one_run_directory(tmp_path):
     """Two ``zoo train`` processes on one --run-dir: exactly one runs, the other is refused."""
     run = tmp_path / "shared"
@@ -784,6 +814,7 @@ def test_two_trainers_on_one_run_directory(tmp_path):
 # ------------------------------------------------------------------------------- comparisons
 
 
+@pytest.mark.unit
 def test_compare_refuses_two_runs_of_one_seed(finished, tmp_path, monkeypatch):
     # two seed-0 runs were counted as "seeds 2" (17 runs, 16 of them seed 0: "seeds 17")
     monkeypatch.chdir(tmp_path)
@@ -796,6 +827,7 @@ def test_compare_refuses_two_runs_of_one_seed(finished, tmp_path, monkeypatch):
     assert not (tmp_path / "cmp").exists()
 
 
+@pytest.mark.compiled
 def test_compare_skips_a_stub_run_with_a_note(finished, tmp_path, monkeypatch):
     # a stub run (created, no records) used to abort the whole comparison
     monkeypatch.chdir(tmp_path)
@@ -812,6 +844,7 @@ def test_compare_skips_a_stub_run_with_a_note(finished, tmp_path, monkeypatch):
     assert "the evaluation at 400 env steps finished no game" in evaluation["note"]
 
 
+@pytest.mark.unit
 def test_compare_of_runs_without_a_finished_game_plots_without_a_warning(
     finished, tmp_path, monkeypatch
 ):
@@ -833,6 +866,7 @@ def test_compare_of_runs_without_a_finished_game_plots_without_a_warning(
     assert [str(w.message) for w in caught if "artists" in str(w.message)] == []
 
 
+@pytest.mark.unit
 def test_compare_writes_under_the_working_directory_by_default(finished, tmp_path, monkeypatch):
     # without --out the files went into the runs' deepest common folder ('/' for /tmp and /home)
     elsewhere = copy_run(finished[0], tmp_path / "elsewhere" / "run")

@@ -22,6 +22,8 @@ import zoo
 from zoo import registry
 from zoo.replay import PRIORITY_FLOOR, ReplayKind, StepBatch, build_replay, proportional_sample
 
+pytestmark = pytest.mark.compiled
+
 # --------------------------------------------------------------------------- helpers
 
 

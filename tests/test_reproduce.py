@@ -64,6 +64,7 @@ def reproduced(tmp_path_factory):
     return root, outputs
 
 
+@pytest.mark.run
 def test_reproduce_resumes_a_partial_run_and_trains_the_missing_seed(reproduced):
     root, outputs = reproduced
     code, out, _ = outputs["partial"]
@@ -82,6 +83,7 @@ def test_reproduce_resumes_a_partial_run_and_trains_the_missing_seed(reproduced)
     assert sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) == [2500, 3000]
 
 
+@pytest.mark.unit
 def test_loop_applies_to_new_runs_and_a_resumed_run_keeps_its_own(reproduced):
     root, _ = reproduced
     loops = {s: _settings(root / PRESET / "CartPole-v1" / s)["loop"] for s in SEEDS}
@@ -100,6 +102,7 @@ def _settings(run: Path) -> dict:
     return yaml.safe_load((run / "run.yaml").read_text())
 
 
+@pytest.mark.unit
 def test_reproduce_writes_table_markdown_json_and_plot(reproduced):
     root, outputs = reproduced
     _, out, _ = outputs["full"]
@@ -121,6 +124,7 @@ def test_reproduce_writes_table_markdown_json_and_plot(reproduced):
         assert (last["env_steps"], last["mean_return"]) == (3000, value)
 
 
+@pytest.mark.unit
 def test_second_invocation_reuses_finished_runs_without_retraining(reproduced):
     root, outputs = reproduced
     code, out, _ = outputs["again"]
@@ -131,6 +135,7 @@ def test_second_invocation_reuses_finished_runs_without_retraining(reproduced):
         assert snapshot(root / PRESET / "CartPole-v1" / seed) == outputs["snapshot"][seed]
 
 
+@pytest.mark.unit
 def test_compare_on_reproduced_runs_and_a_recorded_series_of_ours(reproduced, capsys, tmp_path):
     root, _ = reproduced
     out_dir = tmp_path / "cmp"
@@ -159,6 +164,7 @@ def test_compare_on_reproduced_runs_and_a_recorded_series_of_ours(reproduced, ca
     assert "has no value for 'CartPole-v1' at 3,000 frames (it has: 500,000)" in out
 
 
+@pytest.mark.unit
 def test_compare_and_reproduce_refuse_another_protocol(reproduced, capsys, tmp_path):
     root, _ = reproduced
     code, out, err = run_cli(
@@ -181,6 +187,7 @@ def test_compare_and_reproduce_refuse_another_protocol(reproduced, capsys, tmp_p
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.unit
 def test_compare_names_what_is_not_a_run(capsys, tmp_path):
     code, _, err = run_cli(capsys, "compare", str(tmp_path))
     assert code == 2 and "no zoo run directory" in err
@@ -188,6 +195,7 @@ def test_compare_names_what_is_not_a_run(capsys, tmp_path):
     assert code == 0 and "dopamine/dqn_adam_mse" in out and "dopamine_2018" in out
 
 
+@pytest.mark.unit
 def test_games_resolve_from_every_spelling_of_the_reference_tables():
     from zoo.reproduce import game_env_id
 
@@ -197,6 +205,7 @@ def test_games_resolve_from_every_spelling_of_the_reference_tables():
     assert game_env_id("CartPole-v1") == "CartPole-v1"
 
 
+@pytest.mark.process
 def test_ctrl_c_stops_the_matrix_starts_no_further_seed_and_writes_no_comparison(tmp_path):
     """SIGINT to `zoo reproduce --seeds 2` once seed 0 has a checkpoint: seed 0 saves one where it
     stopped, seed 1 never starts, and no comparison (of runs at unequal budgets) is written; exit

@@ -45,6 +45,7 @@ def rollout():
 
 @pytest.mark.parametrize("truncation", ["bootstrap", "terminal"])
 @pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.compiled
 def test_equals_backwards_loop(rollout, truncation, jit):
     r, v, term, trunc = rollout
     fn = jax.jit(q_lambda_targets, static_argnums=(4, 5, 6)) if jit else q_lambda_targets
@@ -57,6 +58,7 @@ def test_equals_backwards_loop(rollout, truncation, jit):
         assert not np.allclose(got, other)
 
 
+@pytest.mark.compiled
 def test_per_step_lambda_equals_loop(rollout):
     """Watkins' Q(λ): λ_t zeroed after non-greedy actions, here an arbitrary per-step λ."""
     r, v, term, trunc = rollout
@@ -67,6 +69,7 @@ def test_per_step_lambda_equals_loop(rollout):
     )
 
 
+@pytest.mark.compiled
 def test_lambda_limits(rollout):
     """λ = 0 is one-step Q-learning; λ = 1 the discounted return to the first cut."""
     r, v, term, trunc = rollout
@@ -75,6 +78,7 @@ def test_lambda_limits(rollout):
     np.testing.assert_allclose(got, one_step, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.compiled
 def test_hand_computed_tiny_case():
     """One env, four steps, γ = 0.5, λ = 0.5: a truncation at t = 1, a termination at t = 3.
 
@@ -94,6 +98,7 @@ def test_hand_computed_tiny_case():
     np.testing.assert_allclose(got[:, 0], [2.5, 2.0, 6.0, 4.0])
 
 
+@pytest.mark.unit
 def test_rejects_bad_input():
     z = np.zeros((3, 2), np.float32)
     with pytest.raises(ValueError, match="truncation must be one of"):

@@ -60,6 +60,7 @@ def small_spec(**overrides: Any) -> zoo.AlgorithmSpec:
         ),
     ],
 )
+@pytest.mark.unit
 def test_spec_refuses_what_a_rollout_cannot_mean(override, field, fix):
     with pytest.raises(zoo.SpecError) as caught:
         zoo.load_algorithm("pqn", overrides=override)
@@ -67,6 +68,7 @@ def test_spec_refuses_what_a_rollout_cannot_mean(override, field, fix):
     assert field in message and fix in message and "rollout: null" in message
 
 
+@pytest.mark.unit
 def test_spec_accepts_the_compositions_that_mean_something():
     spec = zoo.load_algorithm("munchausen_pqn")
     assert spec.loss.munchausen is not None and spec.rollout is not None
@@ -94,6 +96,7 @@ def step_batch(t: int, rng: np.random.Generator, valid=None) -> StepBatch:
     )
 
 
+@pytest.mark.compiled
 def test_store_layout_seal_and_learning_parts():
     spec = small_spec()
     store = build_replay(spec, num_envs=N, observation_shape=OBS, observation_dtype=jnp.float32)
@@ -160,6 +163,7 @@ def phase():
     return net, state, info, new_carry, emptied
 
 
+@pytest.mark.compiled
 def test_learning_phase_equals_an_independent_pqn_update(phase):
     net, state, info, carry, emptied = phase
     obs = np.asarray(state.observation)
@@ -214,6 +218,7 @@ def test_learning_phase_equals_an_independent_pqn_update(phase):
     assert int(emptied.cursor) == 0 and not bool(emptied.valid.any())
 
 
+@pytest.mark.compiled
 def test_target_batch_loss_with_a_value_transform():
     """h(G) − Q(s, a) through the head loss; no other forward pass, no reward clip on G."""
     spec = small_spec(**{"loss.value_transform": {"kind": "scale", "factor": 0.1}})
@@ -231,6 +236,7 @@ def test_target_batch_loss_with_a_value_transform():
     assert aux.priorities is None
 
 
+@pytest.mark.compiled
 def test_watkins_cuts_the_trace_after_a_non_greedy_action():
     spec = small_spec(**{"rollout.trace": "watkins"})
     net = zoo.build_network(spec, observation_shape=OBS, num_actions=ACTIONS, key=jax.random.key(0))
@@ -274,6 +280,7 @@ def build_loop(spec, num_envs):
     return env, loop, carry
 
 
+@pytest.mark.compiled
 def test_host_and_compiled_paths_agree_for_a_rollout_learner():
     spec = small_spec(**{"network.hidden": [16]})
     steps, num_envs = 60, 3
@@ -310,6 +317,7 @@ def test_host_and_compiled_paths_agree_for_a_rollout_learner():
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.run
 def test_pqn_trains_end_to_end(tmp_path):
     """The catalogue entry through zoo.train (host path), a budget of two rollouts."""
     result = zoo.train(
@@ -380,6 +388,7 @@ NUM_ENVS = {"pqn_cartpole": 32, "pqn_minatar": 128, "pqn_atari": 128}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKED))
+@pytest.mark.unit
 def test_pqn_presets_keep_purejaxqls_values(name):
     preset = zoo.load_preset(name)
     algorithm = spec_lib.algorithm_for(preset)
@@ -399,6 +408,7 @@ def test_pqn_presets_keep_purejaxqls_values(name):
 
 
 @pytest.mark.parametrize("save_replay", [True, False])
+@pytest.mark.run
 def test_resume_in_the_middle_of_a_rollout(tmp_path, save_replay):
     """A checkpoint 1.5 rollouts in: the resumed run learns on the steps after the boundary
     (the sealed or fresh store), and its phases fall where the credit says."""
@@ -415,6 +425,7 @@ def test_resume_in_the_middle_of_a_rollout(tmp_path, save_replay):
 
 
 @pytest.mark.parametrize("composition", ["munchausen", "munchausen_online", "double"])
+@pytest.mark.compiled
 def test_rollout_targets_compose_with_the_loss_axes(composition):
     """The rollout's targets read the same components as the loss: Munchausen's bonus and soft
     bootstrap from the target network (the bonus from the online one with

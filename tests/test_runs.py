@@ -70,6 +70,7 @@ def finished_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.run
 def test_run_directory_holds_everything(finished_run):
     run = finished_run
     spec = zoo.load_algorithm(run / "spec.yaml")
@@ -95,6 +96,7 @@ def test_run_directory_holds_everything(finished_run):
     assert np.isfinite(record["loss"])
 
 
+@pytest.mark.process
 def test_load_policy_and_zoo_eval(finished_run, tmp_path):
     policy = zoo.load_policy(finished_run)
     actions = policy(np.zeros((3, 4), np.float32))
@@ -107,6 +109,7 @@ def test_load_policy_and_zoo_eval(finished_run, tmp_path):
     assert "over 2 games under protocol classic" in out
 
 
+@pytest.mark.run
 def test_resume_continues_counters_and_metrics(tmp_path):
     run = tmp_path / "run"
     quick_train(run, steps=800)
@@ -127,6 +130,7 @@ def wait_for_checkpoint(run: Path, process: subprocess.Popen, timeout: float = 2
     return checkpoint_steps(run)[-1]
 
 
+@pytest.mark.process
 def test_sigkill_then_resume_has_no_gaps_or_duplicates(tmp_path):
     run = tmp_path / "killed"
     args = [
@@ -159,6 +163,7 @@ def test_sigkill_then_resume_has_no_gaps_or_duplicates(tmp_path):
     assert f"results: {run}" in out
 
 
+@pytest.mark.process
 def test_sigint_saves_and_exits_cleanly(tmp_path):
     run = tmp_path / "interrupted"
     args = [
@@ -195,6 +200,7 @@ def test_sigint_saves_and_exits_cleanly(tmp_path):
     assert stopped["env_steps"] == saved
 
 
+@pytest.mark.process
 def test_resuming_a_finished_run_says_so_at_once_and_builds_nothing(finished_run, tmp_path):
     # it used to build and restore everything (30 s on Atari) to re-print the summary
     run = tmp_path / "finished"
@@ -223,6 +229,7 @@ def test_resuming_a_finished_run_says_so_at_once_and_builds_nothing(finished_run
     assert after == before  # nothing recorded: nothing happened
 
 
+@pytest.mark.run
 def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_checkpoint(tmp_path):
     run = tmp_path / "nan"
     overrides = {**QUICK, "optimizer.learning_rate": 1e30}
@@ -242,6 +249,7 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_checkpoint(tmp_p
     assert policy(np.zeros((1, 4), np.float32)).shape == (1,)
 
 
+@pytest.mark.run
 def test_full_disk_while_checkpointing_is_reported(tmp_path, monkeypatch):
     def no_space(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -251,6 +259,7 @@ def test_full_disk_while_checkpointing_is_reported(tmp_path, monkeypatch):
         quick_train(tmp_path / "full")
 
 
+@pytest.mark.run
 def test_full_disk_while_logging_is_reported(tmp_path, monkeypatch):
     def no_space(self, record):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -260,6 +269,7 @@ def test_full_disk_while_logging_is_reported(tmp_path, monkeypatch):
         quick_train(tmp_path / "full")
 
 
+@pytest.mark.compiled
 def test_unwritable_or_occupied_run_directory(tmp_path, finished_run):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
@@ -269,6 +279,7 @@ def test_unwritable_or_occupied_run_directory(tmp_path, finished_run):
         quick_train(finished_run)
 
 
+@pytest.mark.compiled
 def test_replay_that_cannot_fit_is_refused_before_allocating(tmp_path):
     with pytest.raises(RunError) as info:
         quick_train(tmp_path / "huge", overrides={**QUICK, "replay.capacity": 10**12})
@@ -278,6 +289,7 @@ def test_replay_that_cannot_fit_is_refused_before_allocating(tmp_path):
     assert 10**6 < fit < 10**12  # CartPole transitions are small: millions fit, not 10^12
 
 
+@pytest.mark.process
 def test_unknown_environment_is_a_clear_error(tmp_path):
     process = zoo_cli("train", "dqn", "--env", "CartPol-v1", "--steps", "100", cwd=tmp_path)
     _out, err = process.communicate(timeout=120)
@@ -294,6 +306,7 @@ def _stop(path: Path) -> None:
     raise _StartedError(path)
 
 
+@pytest.mark.run
 def test_resuming_a_run_stopped_at_its_return_target_says_it_continues(tmp_path, capsys):
     # `zoo train --resume` of the Quick start's run (stopped at --stop-at-return 475) trained on
     # without a word about why a "finished" run started again

@@ -13,6 +13,8 @@ from zoo.learner import Learner
 from zoo.loop import Loop
 from zoo.seeds import VmappedSeeds
 
+pytestmark = pytest.mark.compiled
+
 SMALL = {
     "network.torso": {"kind": "mlp", "sizes": []},
     "network.hidden": [32],

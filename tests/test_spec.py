@@ -10,6 +10,8 @@ import pytest
 from zoo import spec
 from zoo.spec import SpecError
 
+pytestmark = pytest.mark.unit
+
 REFERENCE = ["dqn", "dqn_reg", "mdqn", "prioritized_ddqn", "prioritized_c51", "qr_dqn", "r2d2"]
 PAPERS = ["double_dqn", "c51", "rainbow", "der", "iqn", "m_iqn", "drq_eps"]
 NOVEL = ["munchausen_qr_dqn", "munchausen_c51", "r2d2_qr", "r2d2_iqn"]

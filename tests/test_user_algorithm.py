@@ -15,8 +15,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import zoo
+
+pytestmark = pytest.mark.process
 
 NEW_ALGORITHM = """
 double_munchausen_qr:
