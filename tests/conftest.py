@@ -25,17 +25,16 @@ pytest sessions).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import io
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inprocess import CliResult, run_cli
+from tiny import FINISHED_RUN, tiny_overrides
 
 # before anything imports jax: JAX reads these when it is first imported. xdist's workers start
 # after the controller has read this file, and inherit its environment (one cache for all).
@@ -69,10 +68,11 @@ def tier_of(item: pytest.Item) -> list[str]:
     return sorted({m.name for m in item.iter_markers() if m.name in TIERS})
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse a test with no tier or several (before ``-m`` deselects any), then order modules
-    by their heaviest tier, heaviest first, keeping each module's tests together and in order."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """Refuse a test with no tier or several before ``-m`` deselects any; once it has, order the
+    selected tests' modules by their heaviest tier, heaviest first, keeping each module's tests
+    together and in order (its module-scoped fixtures are built once)."""
     problems = [
         f"{item.nodeid}: {', '.join(tiers) or 'no tier'}"
         for item in items
@@ -83,40 +83,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "every test needs exactly one tier marker out of "
             f"{', '.join(TIERS)} (pyproject.toml, docs/testing.md):\n  " + "\n  ".join(problems)
         )
+    result = yield
     rank = {tier: i for i, tier in enumerate(TIERS)}
     heaviest: dict[str, int] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
         heaviest[module] = max(heaviest.get(module, 0), rank[tier_of(item)[0]])
     items.sort(key=lambda item: -heaviest[item.nodeid.split("::")[0]])
+    return result
 
 
 # ------------------------------------------------------------------------------ the CLI in-process
-
-
-@dataclasses.dataclass(frozen=True)
-class CliResult:
-    """What ``zoo ARGV`` did: its exit status and what it wrote to stdout and stderr."""
-
-    code: int
-    out: str
-    err: str
-
-    def __iter__(self):  # unpacks as (code, out, err)
-        return iter((self.code, self.out, self.err))
-
-
-def run_cli(*argv: str) -> CliResult:
-    """``zoo ARGV`` in this process (argparse's exits become the status it would exit with)."""
-    from zoo import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main([str(a) for a in argv])
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    return CliResult(code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
@@ -127,54 +104,14 @@ def cli() -> Callable[..., CliResult]:
 
 # --------------------------------------------------------------------------- tiny specs by name
 
-#: Overrides that make an entry train in seconds on CartPole: a small network, a replay that
-#: fills within a few hundred transitions, ε and the target network on the same short clock.
-_TINY_REPLAY = {
-    "network.hidden": [32],
-    "replay.capacity": 5000,
-    "replay.min_size": 200,
-    "schedule.epsilon.steps": 500,
-}
-_TINY: Mapping[str, Mapping[str, Any]] = {
-    "dqn_cartpole": {"replay.min_size": 200, "replay.capacity": 5000, "network.hidden": [32]},
-    "dqn": _TINY_REPLAY,
-    "prioritized_ddqn": _TINY_REPLAY,
-    "qr_dqn": {**_TINY_REPLAY, "network.head.num_quantiles": 8},
-    "iqn": {
-        **_TINY_REPLAY,
-        "network.head.num_samples": 8,
-        "network.head.num_target_samples": 8,
-        "network.head.num_policy_samples": 8,
-    },
-}
-
-
-def tiny_overrides(name: str) -> dict[str, Any]:
-    """The overrides that make ``name`` a tiny CartPole run (a copy; unknown names are refused)."""
-    if name not in _TINY:
-        raise KeyError(f"no tiny overrides for {name!r}; known: {', '.join(sorted(_TINY))}")
-    return dict(_TINY[name])
-
 
 @pytest.fixture
 def tiny() -> Callable[[str], dict[str, Any]]:
-    """``tiny("dqn")``: overrides of a tiny CartPole run of that entry."""
+    """``tiny("dqn_cartpole")``: overrides that make that preset a tiny CartPole run."""
     return tiny_overrides
 
 
 # ------------------------------------------------------------------------- one finished run
-
-#: The settings of the shared finished run: 1,200 transitions of ``dqn_cartpole`` (tiny),
-#: checkpoints at 400, 800 and 1,200, a record every 100 and one 2-game evaluation at the end.
-FINISHED_RUN = {
-    "algorithm": "dqn_cartpole",
-    "total_env_steps": 1200,
-    "overrides": _TINY["dqn_cartpole"],
-    "eval_every": 1200,
-    "eval_episodes": 2,
-    "checkpoint_every": 400,
-    "log_every": 100,
-}
 
 
 @pytest.fixture(scope="session")

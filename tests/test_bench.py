@@ -6,7 +6,6 @@ The end-to-end budgets (8,000 CartPole transitions) check bookkeeping, not learn
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from inprocess import run_cli
 from processes import checkpoint_steps as _steps
 from processes import wait_while_running
 
@@ -100,15 +100,6 @@ def test_local_executor_never_exceeds_memory_or_jobs_with_real_children(tmp_path
         assert sum(memory[k] for k in alive) <= 8, alive
         overlapped |= len(alive) == 2
     assert overlapped  # it did run jobs side by side
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    from zoo import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.unit

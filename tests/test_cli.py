@@ -1,12 +1,15 @@
-"""The ``zoo`` command, run for real in subprocesses from a folder outside the repository.
+"""The ``zoo`` command, run from a folder outside the repository.
 
-Every command runs as ``python -m zoo.cli`` from ``tmp_path``, so these tests also prove that the
-catalogue is found from any working directory. Spec errors must come out as one line per problem
-with exit status 2 and never a traceback; ``list``/``show``/``validate`` must not start JAX.
+Every command runs in-process (``zoo.cli.main``, as the console script calls it) from
+``tmp_path``, so these tests also prove that the catalogue is found from any working directory.
+Spec errors must come out as one line per problem with exit status 2 and never a traceback. The
+tests about the process itself run one: the console script, an installed copy of the package,
+and ``list``/``show``/``validate`` starting without JAX.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from inprocess import run_cli
 
 import zoo
 from zoo import cli, spec
@@ -44,26 +48,31 @@ REQUIRED = {
 PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)
 
 
-def run_zoo(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m zoo.cli ARGS`` in ``cwd`` (no plugins unless ``env`` names some)."""
-    environ = {k: v for k, v in os.environ.items() if k != "ZOO_PLUGINS"}
-    environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p
-    )
-    environ.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "zoo.cli", *args],
-        cwd=cwd,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@dataclasses.dataclass(frozen=True)
+class Completed:
+    """What a ``zoo`` command did, named as :class:`subprocess.CompletedProcess` names it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+def run_zoo(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Completed:
+    """``zoo ARGS`` in-process from ``cwd`` (no plugins unless ``env`` names some)."""
+    saved_cwd, saved_env = os.getcwd(), dict(os.environ)
+    os.environ.pop("ZOO_PLUGINS", None)
+    os.environ.update(env or {})
+    os.chdir(cwd)
+    try:
+        code, out, err = run_cli(*args)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return Completed(code, out, err)
+
+
+def assert_no_traceback(result: Completed | subprocess.CompletedProcess[str]) -> None:
     """Errors are for users: a message, never a Python traceback."""
     assert "Traceback" not in result.stderr, result.stderr
     assert "Traceback" not in result.stdout, result.stdout
@@ -86,7 +95,7 @@ def listed(stdout: str) -> dict[str, str]:
 # ------------------------------------------------------------------------------------- list
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_list_shows_every_catalogue_entry_with_a_one_line_summary(tmp_path: Path) -> None:
     result = run_zoo("list", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -107,14 +116,14 @@ def test_list_shows_every_catalogue_entry_with_a_one_line_summary(tmp_path: Path
         (["list", "algorithms", "*qr*"], ["munchausen_qr_dqn", "qr_dqn", "r2d2_qr"]),
     ],
 )
-@pytest.mark.process
+@pytest.mark.unit
 def test_list_filters_by_wildcard(tmp_path: Path, args: list[str], expected: list[str]) -> None:
     result = run_zoo(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert list(listed(result.stdout)) == expected
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_list_components_by_axis_wildcard(tmp_path: Path) -> None:
     result = run_zoo("list", "components", "td/*", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -124,7 +133,7 @@ def test_list_components_by_axis_wildcard(tmp_path: Path) -> None:
     assert all(summary.strip() for summary in rows.values())
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_list_prints_plain_text_not_docstring_markup(tmp_path: Path) -> None:
     # summaries come from docstrings, whose ``literal`` markup showed on the terminal
     result = run_zoo("list", "components", cwd=tmp_path)
@@ -139,7 +148,7 @@ def test_list_prints_plain_text_not_docstring_markup(tmp_path: Path) -> None:
     "args",
     [["list", "nothing_like_this*"], ["list", "algorithms", "zz*"], ["list", "presets", "zz*"]],
 )
-@pytest.mark.process
+@pytest.mark.unit
 def test_list_without_a_match_exits_1_with_a_message(tmp_path: Path, args: list[str]) -> None:
     result = run_zoo(*args, cwd=tmp_path)
     assert result.returncode == 1
@@ -151,7 +160,7 @@ def test_list_without_a_match_exits_1_with_a_message(tmp_path: Path, args: list[
 # ------------------------------------------------------------------------------------- show
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_show_prints_commented_yaml_that_round_trips(tmp_path: Path) -> None:
     result = run_zoo("show", "mdqn", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -175,7 +184,7 @@ def test_show_round_trips_every_catalogue_entry(
     assert AlgorithmSpec.model_validate(data) == zoo.load_algorithm(name)
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_show_applies_overrides(tmp_path: Path) -> None:
     result = run_zoo(
         "show", "dqn", "--set", "loss.n_step=3", "--set", "loss.reward_clip=null", cwd=tmp_path
@@ -188,7 +197,7 @@ def test_show_applies_overrides(tmp_path: Path) -> None:
     assert AlgorithmSpec.model_validate(data) == expected
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_show_a_user_file_from_another_folder(tmp_path: Path) -> None:
     write(tmp_path, "mine.yaml", "mine: {extends: mdqn, loss: {n_step: 3, reward_clip: null}}\n")
     result = run_zoo("show", "mine.yaml", cwd=tmp_path)
@@ -258,7 +267,7 @@ def test_show_says_when_an_entry_is_the_installed_copy(installed: Path, tmp_path
     assert "edits to a clone's presets take effect with an editable install" in result.stdout
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_train_preset_prefix_trains_the_preset_not_the_catalogue_entry(tmp_path: Path) -> None:
     # `zoo train mdqn` is the catalogue entry; `preset:mdqn` the paper's settings, whose Atari
     # protocol shows which one was taken (from any folder: no path into a clone needed)
@@ -270,7 +279,7 @@ def test_train_preset_prefix_trains_the_preset_not_the_catalogue_entry(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_show_from_a_clone_or_editable_install_has_no_hint(tmp_path: Path) -> None:
     if spec.catalogue_path().parent.name == "_data":
         pytest.skip("these tests run against an installed copy")
@@ -283,7 +292,7 @@ def test_show_from_a_clone_or_editable_install_has_no_hint(tmp_path: Path) -> No
     assert "installed package" not in result.stdout
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_show_misspelt_name_suggests_without_traceback(tmp_path: Path) -> None:
     result = run_zoo("show", "mdqnn", cwd=tmp_path)
     assert result.returncode == 2
@@ -300,7 +309,7 @@ def test_show_misspelt_name_suggests_without_traceback(tmp_path: Path) -> None:
         ("loss.n_step", "expected KEY=VALUE"),
     ],
 )
-@pytest.mark.process
+@pytest.mark.unit
 def test_show_rejects_bad_overrides(tmp_path: Path, override: str, fragment: str) -> None:
     result = run_zoo("show", "dqn", "--set", override, cwd=tmp_path)
     assert result.returncode == 2
@@ -311,7 +320,7 @@ def test_show_rejects_bad_overrides(tmp_path: Path, override: str, fragment: str
 # --------------------------------------------------------------------------------- validate
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_validate_a_good_file(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -373,7 +382,7 @@ EXPECTED_PROBLEMS = [
 ]
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_validate_reports_every_problem_one_line_each(tmp_path: Path) -> None:
     write(tmp_path, "good.yaml", "mine: {extends: dqn}\n")
     (tmp_path / "bad.yaml").write_text(BAD)
@@ -396,14 +405,14 @@ def test_validate_reports_every_problem_one_line_each(tmp_path: Path) -> None:
     assert not any(line.startswith("bad.yaml: fine:") for line in lines)
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_validate_a_missing_file(tmp_path: Path) -> None:
     result = run_zoo("validate", "missing.yaml", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["missing.yaml: no such file", "1 problem found"]
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_validate_a_non_string_entry_name(tmp_path: Path) -> None:
     write(tmp_path, "numbers.yaml", "1: {extends: dqn}\n")
     result = run_zoo("validate", "numbers.yaml", cwd=tmp_path)
@@ -448,14 +457,14 @@ def test_list_show_and_validate_do_not_import_jax(tmp_path: Path) -> None:
     }
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_version(tmp_path: Path) -> None:
     result = run_zoo("--version", cwd=tmp_path)
     assert result.returncode == 0
     assert result.stdout.strip() == f"zoo {zoo.__version__}"
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     result = run_zoo(cwd=tmp_path)
     assert result.returncode == 2
@@ -463,7 +472,7 @@ def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     assert_no_traceback(result)
 
 
-@pytest.mark.process
+@pytest.mark.unit
 def test_unknown_command_is_a_usage_error(tmp_path: Path) -> None:
     result = run_zoo("trian", cwd=tmp_path)
     assert result.returncode == 2

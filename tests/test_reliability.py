@@ -7,8 +7,6 @@ transitions with a tiny network.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -22,26 +20,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from inprocess import run_cli
 
 import zoo
-from zoo import cli, spec
+from zoo import spec
 from zoo.metrics import read_jsonl
 from zoo.rundir import RunDir, read_history, sha256_text
 from zoo.spec import SpecError
 
 #: Where ``zoo`` is imported from, so that subprocesses import the same package.
 PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    """``zoo ARGV`` in-process: (exit status, stdout, stderr); argparse's exits become a status."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(list(argv))
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 2
-    return code, out.getvalue(), err.getvalue()
 
 
 def write(folder: Path, name: str, text: str) -> Path:
