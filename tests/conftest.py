@@ -25,6 +25,7 @@ pytest sessions).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -51,6 +52,8 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 #: The tiers, fastest first (pyproject.toml declares each with its description).
 TIERS = ("unit", "compiled", "run", "process", "long", "learning")
+#: What a plain ``pytest`` runs (the README's test command) when no ``-m`` is given.
+FAST_TIERS = ("unit", "compiled", "run")
 
 
 def _is_xdist_worker() -> bool:
@@ -68,11 +71,40 @@ def tier_of(item: pytest.Item) -> list[str]:
     return sorted({m.name for m in item.iter_markers() if m.name in TIERS})
 
 
+def _named(config: pytest.Config) -> set[str]:
+    """The test ids the command line names (``tests/test_runs.py::test_x``), rootdir-relative."""
+    named = set()
+    for arg in config.args:
+        if "::" in arg:
+            path, rest = arg.split("::", 1)
+            with contextlib.suppress(ValueError):
+                path = Path(path).resolve().relative_to(config.rootpath).as_posix()
+            named.add(f"{path}::{rest}")
+    return named
+
+
+def _deselect_slow_tiers(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``-m``, keep the fast tiers and the tests the command line names by id (so that
+    ``pytest tests/test_runs.py::test_sigint_saves_and_exits_cleanly`` runs that test)."""
+    if config.option.markexpr:
+        return
+    named = _named(config)
+    keep, drop = [], []
+    for item in items:
+        base = item.nodeid.split("[")[0]
+        wanted = tier_of(item)[0] in FAST_TIERS or item.nodeid in named or base in named
+        (keep if wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
-    """Refuse a test with no tier or several before ``-m`` deselects any; once it has, order the
-    selected tests' modules by their heaviest tier, heaviest first, keeping each module's tests
-    together and in order (its module-scoped fixtures are built once)."""
+    """Refuse a test with no tier or several before any is deselected; keep the fast tiers when
+    no ``-m`` is given; then order the selected tests' modules by their heaviest tier, heaviest
+    first, keeping each module's tests together and in order (its module-scoped fixtures are
+    built once)."""
     problems = [
         f"{item.nodeid}: {', '.join(tiers) or 'no tier'}"
         for item in items
@@ -83,6 +115,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "every test needs exactly one tier marker out of "
             f"{', '.join(TIERS)} (pyproject.toml, docs/testing.md):\n  " + "\n  ".join(problems)
         )
+    _deselect_slow_tiers(config, items)
     result = yield
     rank = {tier: i for i, tier in enumerate(TIERS)}
     heaviest: dict[str, int] = {}
