@@ -28,6 +28,11 @@ FAST = {
 }
 
 
+# the module's runs are trained by one module-scoped fixture: its tests share one xdist worker,
+# so that the runs are trained once, not once per worker
+pytestmark = pytest.mark.xdist_group("bench_report")
+
+
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     from zoo.run import train

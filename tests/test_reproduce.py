@@ -41,6 +41,11 @@ def snapshot(run: Path) -> dict[str, object]:
 SEEDS = ("seed0", "seed1")
 
 
+# the module's runs are trained by one module-scoped fixture: its tests share one xdist worker,
+# so that the runs are trained once, not once per worker
+pytestmark = pytest.mark.xdist_group("reproduce")
+
+
 @pytest.fixture(scope="module")
 def reproduced(tmp_path_factory):
     """Three invocations of `zoo reproduce` into one folder, with what each printed (capsys is
