@@ -104,6 +104,7 @@ def test_preset_solves_cartpole(preset, tmp_path):
         outcomes[seed] = max(returns)
         if decided(outcomes):
             break
+    print(f"{preset}: best evaluation per seed {outcomes} (budget {budget})")  # shown by -rP
     assert_criterion(preset, outcomes, budget)
 
 
