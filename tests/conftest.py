@@ -10,8 +10,8 @@ ending the session alone.
 
 **Shared fixtures.** ``cli`` runs ``zoo`` in-process (a subprocess only where a test is about a
 process); ``finished_run`` is a copy of one small finished run trained once per test process
-(each test may resume or damage its copy); ``tiny`` gives the overrides that make a catalogue
-entry train in seconds on CartPole.
+(each test may resume or damage its copy); ``tests/tiny.py`` names the overrides that make a
+preset train in seconds on CartPole.
 
 **Compilation cache.** JAX's persistent compilation cache is shared by the session, its xdist
 workers and the processes its tests start: many tests compile the same programs (each seed of a
@@ -31,11 +31,10 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from inprocess import CliResult, run_cli
-from tiny import FINISHED_RUN, tiny_overrides
+from tiny import FINISHED_RUN
 
 # before anything imports jax: JAX reads these when it is first imported. xdist's workers start
 # after the controller has read this file, and inherit its environment (one cache for all).
@@ -56,13 +55,9 @@ TIERS = ("unit", "compiled", "run", "process", "long", "learning")
 FAST_TIERS = ("unit", "compiled", "run")
 
 
-def _is_xdist_worker() -> bool:
-    return "PYTEST_XDIST_WORKER" in os.environ
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the session's own cache folder (the controller's, once its workers are done)."""
-    if _OWN_CACHE and not _is_xdist_worker():
+    """Remove the session's own cache folder (xdist workers inherit it: the controller owns it)."""
+    if _OWN_CACHE:
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
@@ -133,15 +128,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def cli() -> Callable[..., CliResult]:
     """``cli("train", "dqn", ...)``: ``zoo`` in-process; returns :class:`CliResult`."""
     return run_cli
-
-
-# --------------------------------------------------------------------------- tiny specs by name
-
-
-@pytest.fixture
-def tiny() -> Callable[[str], dict[str, Any]]:
-    """``tiny("dqn_cartpole")``: overrides that make that preset a tiny CartPole run."""
-    return tiny_overrides
 
 
 # ------------------------------------------------------------------------- one finished run

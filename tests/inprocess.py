@@ -9,26 +9,30 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import os
 
 
 @dataclasses.dataclass(frozen=True)
 class CliResult:
-    """What ``zoo ARGV`` did: its exit status and what it wrote to stdout and stderr."""
+    """What ``zoo ARGV`` did, named as :class:`subprocess.CompletedProcess` names it; unpacks as
+    ``(returncode, stdout, stderr)``."""
 
-    code: int
-    out: str
-    err: str
+    returncode: int
+    stdout: str
+    stderr: str
 
-    def __iter__(self):  # unpacks as (code, out, err)
-        return iter((self.code, self.out, self.err))
+    def __iter__(self):
+        return iter((self.returncode, self.stdout, self.stderr))
 
 
-def run_cli(*argv: str) -> CliResult:
-    """``zoo ARGV`` in this process (argparse's exits become the status it would exit with)."""
+def run_cli(*argv: object, cwd: str | os.PathLike[str] | None = None) -> CliResult:
+    """``zoo ARGV`` in this process, from ``cwd`` if given (argparse's exits become the status it
+    would exit with; any other exception propagates)."""
     from zoo import cli
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    where = contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext()
+    with where, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = cli.main([str(a) for a in argv])
         except SystemExit as e:

@@ -9,7 +9,6 @@ and ``list``/``show``/``validate`` starting without JAX.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -17,10 +16,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
-from inprocess import run_cli
+from inprocess import CliResult, run_cli
 
 import zoo
 from zoo import cli, spec
@@ -48,31 +48,14 @@ REQUIRED = {
 PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)
 
 
-@dataclasses.dataclass(frozen=True)
-class Completed:
-    """What a ``zoo`` command did, named as :class:`subprocess.CompletedProcess` names it."""
-
-    returncode: int
-    stdout: str
-    stderr: str
+def run_zoo(*args: str, cwd: Path) -> CliResult:
+    """``zoo ARGS`` in-process from ``cwd``, with no plugins."""
+    with mock.patch.dict(os.environ):
+        os.environ.pop("ZOO_PLUGINS", None)
+        return run_cli(*args, cwd=cwd)
 
 
-def run_zoo(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Completed:
-    """``zoo ARGS`` in-process from ``cwd`` (no plugins unless ``env`` names some)."""
-    saved_cwd, saved_env = os.getcwd(), dict(os.environ)
-    os.environ.pop("ZOO_PLUGINS", None)
-    os.environ.update(env or {})
-    os.chdir(cwd)
-    try:
-        code, out, err = run_cli(*args)
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
-    return Completed(code, out, err)
-
-
-def assert_no_traceback(result: Completed | subprocess.CompletedProcess[str]) -> None:
+def assert_no_traceback(result: CliResult | subprocess.CompletedProcess[str]) -> None:
     """Errors are for users: a message, never a Python traceback."""
     assert "Traceback" not in result.stderr, result.stderr
     assert "Traceback" not in result.stdout, result.stdout

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import io
 import json
-import os
 import tempfile
 import traceback
 from collections.abc import Iterator
@@ -36,9 +34,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from inprocess import run_cli
 
 import zoo
-from zoo import cli, spec
+from zoo import spec
 
 FAST_EXAMPLES = 60
 SLOW_EXAMPLES = 600
@@ -136,7 +135,7 @@ class Sandbox:
         self.mine = self.work / "thesis"
         self.mine.mkdir()
         (self.mine / "chapter1.tex").write_text("precious")
-        with _cwd(self.work):
+        with contextlib.chdir(self.work):
             _existing_run(self.run)
         self.cases = 0
         self.outcomes: collections.Counter[str] = collections.Counter()
@@ -165,16 +164,6 @@ class Sandbox:
             for p in self.root.rglob("*")
             if not any(p == a or a in p.parents for a in allowed)
         )
-
-
-@contextlib.contextmanager
-def _cwd(path: Path) -> Iterator[None]:
-    before = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 def _existing_run(run: Path) -> None:
@@ -207,22 +196,17 @@ def run_case(sandbox: Sandbox, argv: list[str], files: dict[str, str] | None = N
     outside = sandbox.outside()
     for name, text in (files or {}).items():
         (sandbox.work / name).write_text(text, encoding="utf-8")
-    out, err = io.StringIO(), io.StringIO()
-    with _cwd(sandbox.work), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(argv)
-        except SystemExit as e:  # argparse's usage errors
-            code = e.code if isinstance(e.code, int) else 2
-        except BaseException:
-            pytest.fail(f"zoo {argv!r} raised:\n{traceback.format_exc()}")
+    try:
+        code, stdout, stderr = run_cli(*argv, cwd=sandbox.work)
+    except BaseException:
+        pytest.fail(f"zoo {argv!r} raised:\n{traceback.format_exc()}")
     for name in files or {}:
         (sandbox.work / name).unlink()
     sandbox.cases += 1
     sandbox.outcomes[f"{argv[0]} exit {code}"] += 1
-    stderr = err.getvalue()
     failed_run = code == 1 and "the loss became" in stderr
     assert code in (0, 2) or failed_run, f"zoo {argv!r} exited {code}:\n{stderr[-2000:]}"
-    assert "Traceback" not in stderr + out.getvalue(), stderr
+    assert "Traceback" not in stderr + stdout, stderr
     assert sandbox.protected() == protected, f"zoo {argv!r} changed a protected file"
     assert sandbox.outside() == outside, f"zoo {argv!r} wrote outside its folders"
     assert not Path("/tmp/zoo-fuzz-escape").exists()
