@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import os
 import tempfile
 import traceback
 from collections.abc import Iterator
@@ -135,6 +136,14 @@ class Sandbox:
         self.mine = self.work / "thesis"
         self.mine.mkdir()
         (self.mine / "chapter1.tex").write_text("precious")
+        # files that are not spec files (issue 37): a FIFO, an empty file, a sparse 17 MB file
+        self.special = self.work / "special"
+        self.special.mkdir()
+        os.mkfifo(self.special / "fifo.yaml")
+        (self.special / "empty.yaml").write_text("")
+        with (self.special / "huge.yaml").open("wb") as f:
+            f.truncate(17 * 1024 * 1024)
+        (self.special / "dangling").symlink_to(self.root / "nowhere")
         with contextlib.chdir(self.work):
             _existing_run(self.run)
         self.cases = 0
@@ -384,9 +393,32 @@ TRAIN_FLAGS = [
 def command_lines(draw: st.DrawFn) -> list[str]:
     command = draw(
         st.sampled_from(
-            ["train", "train", "train", "train", "eval", "compare", "reproduce", "show"]
+            [
+                "train",
+                "train",
+                "train",
+                "train",
+                "eval",
+                "compare",
+                "reproduce",
+                "show",
+                "list",
+                "validate",
+                "bench",
+                "bench",
+            ]
         )
     )
+    if command == "list":
+        what = ["algorithms", "presets", "components", "torso/*", "nonsense", "", "*"]
+        argv = ["list", draw(st.sampled_from(what))]
+        if draw(st.booleans()):
+            argv.append(draw(st.sampled_from(["mdqn*", "[", "*", "", "x" * 300])))
+        return argv
+    if command == "validate":
+        return ["validate", draw(SPEC_PATHS)]
+    if command == "bench":
+        return _bench_command_line(draw)
     if command == "train":
         where = draw(st.sampled_from(["new", "new", "existing", "resume", "mine", "none"]))
         algorithm = draw(
@@ -440,8 +472,55 @@ def command_lines(draw: st.DrawFn) -> list[str]:
             argv += ["--games", draw(st.sampled_from(["CartPole-v1", "nope", "../x", "/abs"]))]
         return argv
     argv = ["show", draw(st.sampled_from(["dqn", "dqn_cartpole", "mdqnn", "thesis", "runs"]))]
+    if draw(st.booleans()):
+        argv[1] = draw(SPEC_PATHS)
     for _ in range(draw(st.integers(0, 3))):
         argv += ["--set", _value(draw, "--set")]
+    return argv
+
+
+#: Paths given where a spec file belongs: devices, a FIFO, an empty file, a 17 MB file, a
+#: folder, a dangling link, a missing file (issue 37: each is refused, none is read).
+SPEC_PATHS = st.sampled_from(
+    [
+        "/dev/zero",
+        "/dev/null",
+        "/dev/urandom",
+        "special/fifo.yaml",
+        "special/empty.yaml",
+        "special/huge.yaml",
+        "special/dangling",
+        "special",
+        "thesis",
+        "nowhere.yaml",
+        "special/fifo.yaml:mine",
+    ]
+)
+
+
+def _bench_command_line(draw: st.DrawFn) -> list[str]:
+    """``zoo bench``: its listing, its report of folders that hold no bench, and benches whose
+    budgets or names are refused before anything trains."""
+    kind = draw(st.sampled_from(["list", "report", "bench"]))
+    if kind == "list":
+        return ["bench", "--list-suites"]
+    if kind == "report":
+        folder = draw(st.sampled_from(["runs", "thesis", "nowhere", "special", "/dev/null"]))
+        argv = ["bench", "report", folder]
+        if draw(st.booleans()):
+            argv += ["--out", draw(st.sampled_from(["out", "thesis", "special/fifo.yaml"]))]
+        return argv
+    suite = draw(st.sampled_from(["classic", "minatar", "atari100k", "nope", ""]))
+    algorithms = draw(
+        st.lists(st.sampled_from(["dqn", "preset:dqn_cartpole", "nope", "/dev/zero"]), max_size=2)
+    )
+    argv = ["bench", suite, *algorithms, "--run-dir", draw(st.sampled_from(["out/b", "thesis"]))]
+    # budgets no bench can train with (or not numbers): refused before any run starts
+    argv += ["--frames", draw(st.sampled_from(["-1", "0", "abc", "1e999", ""]))]
+    if draw(st.booleans()):
+        argv += ["--seeds", draw(st.sampled_from(COUNT_TEXTS))]
+    if draw(st.booleans()):
+        argv += ["--games", draw(st.sampled_from(["CartPole-v1", "nope", "../x", "/abs"]))]
     return argv
 
 

@@ -361,7 +361,9 @@ def test_a_run_writing_to_a_file_shows_progress_and_every_evaluation(tmp_path: P
     )
     assert f"zoo eval {run}: 1/2 games" in result.stderr
     assert f"zoo eval {run}: 2/2 games" in result.stderr
-    assert "over 2 games under protocol classic" in result.stdout
+    assert (
+        "over 2 games (checkpoint at" in result.stdout and "protocol classic, ε 0" in result.stdout
+    )
 
 
 @pytest.mark.process  # an Atari run in a subprocess (a Nature CNN compiles in 20-60 s)

@@ -97,7 +97,7 @@ def test_load_policy_and_zoo_eval(finished_run, cli):
     assert result["episodes"] == 3 and result["mean_return"] > 0
     code, out, err = cli("eval", finished_run, "--episodes", "2")
     assert code == 0, err
-    assert "over 2 games under protocol classic" in out
+    assert "over 2 games (checkpoint at 1,200 env steps, protocol classic, ε 0" in out
 
 
 @pytest.mark.run

@@ -253,6 +253,10 @@ class ArrayFilesRestore(ocp.args.CheckpointArgs):
     chunk_bytes: int = CHUNK_BYTES
 
 
+#: The index file of an item in Orbax's standard format (checkpoints made before zoo's own).
+ORBAX_METADATA = "_METADATA"
+
+
 class ArrayFilesHandler(ocp.CheckpointHandler):
     """Writes a pytree's array leaves as ``.npy`` files streamed in chunks, with CRC-32s.
 
@@ -536,10 +540,18 @@ class Checkpointer:
         items: dict[str, Any] = {}
         for name, tree in template.items():
             if not (step_dir / name).is_dir():
-                raise CheckpointError(f"checkpoint {step} has no {name!r} item")
+                # the run's settings say what a checkpoint of it holds: a missing item is damage
+                # (a deleted folder), and an older checkpoint may be whole
+                raise CheckpointCorruptError(f"checkpoint {step} has no {name!r} item")
             if (step_dir / name / MANIFEST).exists():
                 items[name] = ArrayFilesRestore(
                     tree, step=step, item=name, chunk_bytes=self.chunk_bytes
+                )
+            elif not (step_dir / name / ORBAX_METADATA).exists():
+                # neither format's index: a deleted manifest (guessing the old format would
+                # also bind the item to Orbax's handler for the older checkpoints tried next)
+                raise CheckpointCorruptError(
+                    f"checkpoint {step} ({name}): its {MANIFEST} is missing"
                 )
             else:  # written before the streamed format: Orbax's standard handler
                 items[name] = ocp.args.StandardRestore(

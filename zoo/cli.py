@@ -37,10 +37,12 @@ import math
 import os
 import re
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from zoo import __version__, registry, spec
+from zoo import __version__, registry, spec, stops
+from zoo.fileio import UnsafeFileError, write_atomic
 from zoo.metrics import PROGRESS_VARIABLE, ProgressMode, ProgressModeError
 
 __all__ = ["main"]
@@ -85,8 +87,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for name, text in rows:
         print(f"{name:<{width}}  {text}")
     if not rows:
-        print(f"no {what} match {pattern!r}", file=sys.stderr)
-        return 1
+        everything = (
+            f"zoo list {what}" if what in ("algorithms", "presets") else "zoo list components"
+        )
+        print(f"no {what} match {pattern!r}; `{everything}` lists them all", file=sys.stderr)
+        return EXIT_SPEC_ERROR
     return 0
 
 
@@ -285,14 +290,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except RunError as e:
         print(f"zoo eval: {e}", file=sys.stderr)
         return 1
+    how = (
+        f"checkpoint at {result['checkpoint_env_steps']:,} env steps, protocol "
+        f"{result['protocol']}, ε {result['epsilon']:g}, seed {result['seed']}; recorded in "
+        "posthoc_eval.jsonl"
+    )
     if result["mean_return"] is None:
-        print(f"{result['run_dir']}: {result['note']} (protocol {result['protocol']})")
+        print(f"{result['run_dir']}: {result['note']} ({how})")
         return 0
     print(
         f"{result['run_dir']}: return {result['mean_return']:.2f} ± {result['std_return']:.2f} "
         f"(min {result['min_return']:.1f}, max {result['max_return']:.1f}) over "
-        f"{result['episodes']} games "
-        f"under protocol {result['protocol']}"
+        f"{result['episodes']} games ({how})"
     )
     return 0
 
@@ -344,7 +353,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         from zoo.rundir import safe_component
 
         target = Path(out) / f"series-{safe_component(args.record, fallback='ours')}.yaml"
-        target.write_text(yaml.safe_dump(entry, sort_keys=False), encoding="utf-8")
+        write_atomic(target, yaml.safe_dump(entry, sort_keys=False))
         print(
             f"recorded {args.record} in {target} (compare with --reference {target}; ship it "
             "as zoo/reference_data/ours/NAME.yaml)"
@@ -558,9 +567,35 @@ def _load_plugins(modules: Sequence[str]) -> None:
             else:
                 importlib.import_module(module)
         except ImportError as e:
-            raise SystemExit(_plugin_import_message(module, e)) from None
+            _refuse(_plugin_import_message(module, e))
         except registry.DuplicateComponentError as e:
-            raise SystemExit(f"zoo: plugin module {module!r}: {e}") from None
+            _refuse(f"zoo: plugin module {module!r}: {e}")
+        except Exception as e:  # the plugin's own code failed (a SyntaxError included)
+            _refuse(_plugin_failure_message(module, e))
+
+
+def _refuse(message: str) -> typing.NoReturn:
+    """Print ``message`` and exit with 2 (refused before anything was done)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(EXIT_SPEC_ERROR)
+
+
+def _plugin_failure_message(module: str, error: Exception) -> str:
+    """One line: which plugin failed, how and where, and the way out."""
+    import traceback
+
+    if isinstance(error, SyntaxError):
+        where = f"{error.filename}, line {error.lineno}"
+        what = f"SyntaxError: {error.msg}"
+    else:
+        frames = traceback.extract_tb(error.__traceback__)
+        last = frames[-1] if frames else None
+        where = f"{last.filename}, line {last.lineno}" if last else module
+        what = f"{type(error).__name__}: {error}".rstrip(": ")
+    return (
+        f"zoo: plugin module {module!r} failed while importing ({where}): {what}; fix the module "
+        "or leave it out of --plugin and ZOO_PLUGINS"
+    )
 
 
 def _import_file(path: Path) -> None:
@@ -900,7 +935,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _load_plugins(args.plugin)
     try:
-        return args.func(args)
+        with stops.raise_on_stop():
+            return args.func(args)
     except spec.SpecError as e:
         for problem in e.problems:
             print(problem, file=sys.stderr)
@@ -908,10 +944,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except registry.UnknownComponentError as e:
         print(f"zoo: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
-    except KeyboardInterrupt:
-        # Ctrl-C outside a training loop (which takes it over and saves a checkpoint): during a
-        # command's setup, a restore or an evaluation; a run keeps its last checkpoint
-        print("zoo: interrupted (Ctrl-C)", file=sys.stderr)
+    except UnsafeFileError as e:  # a link, a device or a file where zoo reads or writes
+        print(f"zoo: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except KeyboardInterrupt as e:
+        # a stop signal outside a training loop (which takes them over and saves a checkpoint):
+        # during a command's setup, a restore or an evaluation, or a second signal while a run
+        # stops; a run keeps its last checkpoint
+        print(f"zoo: interrupted ({e.args[0] if e.args else 'Ctrl-C'})", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # `zoo show dqn | head`: the reader left; exit quietly as other command-line tools do

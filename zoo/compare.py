@@ -71,6 +71,19 @@ class RunInfo:
     final_env_steps: int
     metrics: list[dict[str, Any]] = field(repr=False)
     evals: list[dict[str, Any]] = field(repr=False)
+    budget: int | None = None  # run.yaml's total_env_steps
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run reached its budget (or stopped early at ``--stop-at-return``: its
+        history's ``stopped`` record says ``finished``)."""
+        return self.budget is None or self.final_env_steps >= self.budget or self._stopped_done
+
+    @property
+    def _stopped_done(self) -> bool:
+        events = RunDir(self.path).history()
+        last = next((e for e in reversed(events) if e.get("event") == "stopped"), None)
+        return last is not None and last.get("status") == "finished"
 
 
 def load_run(path: str | os.PathLike[str]) -> RunInfo:
@@ -107,6 +120,7 @@ def load_run(path: str | os.PathLike[str]) -> RunInfo:
         final_env_steps=int(metrics[-1]["env_steps"]),
         metrics=metrics,
         evals=evals,
+        budget=settings.total_env_steps,
     )
 
 
@@ -189,6 +203,7 @@ class Row:
     inside: bool | None = None
     range_kind: str | None = None
     note: str = ""
+    unfinished: list[int] = field(default_factory=list)  # seeds stopped before their budget
 
 
 @dataclass
@@ -307,6 +322,7 @@ def _row(group: Group, statistic: str, series: Series | None) -> Row:
         min=lo,
         max=hi,
         window_frames=window_frames,
+        unfinished=[r.seed for r in runs if not r.finished],
     )
     if mean is not None:
         row.hns = ref_lib.human_normalized(group.env, mean)
@@ -380,6 +396,15 @@ def compare(
                 f"{group.name} {group.env}: seeds end at {sorted(set(finals))} env steps; "
                 f"compared at the smallest, {group.env_steps:,}"
             )
+        for run in group.runs:
+            if not run.finished:
+                assert run.budget is not None
+                comparison.notes.append(
+                    f"{group.name} {group.env} seed {run.seed} is unfinished: it stopped at "
+                    f"{run.final_env_steps:,} of its {run.budget:,} env steps "
+                    f"({run.final_env_steps / run.budget:.0%}); its row is not the result of the "
+                    f"full run (finish it with: zoo train --resume {run.path})"
+                )
         group.series, notes = _series_for(group.runs[0], explicit)
         comparison.notes.extend(notes)
         group.rows = [_row(group, s.statistic, s) for s in group.series]
@@ -470,7 +495,7 @@ def _cells(row: Row) -> tuple[str, ...]:
         row.protocol,
         row.statistic,
         f"{row.frames:,}",
-        str(len(row.seeds)),
+        str(len(row.seeds)) + (f" ({len(row.unfinished)} unfinished)" if row.unfinished else ""),
         _ours(row),
         series,
         _reference(row),
@@ -618,8 +643,9 @@ def write_plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
             ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
+    from zoo.fileio import save_figure
+
+    path = save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -628,15 +654,16 @@ def write_outputs(
     comparison: Comparison, out_dir: str | os.PathLike[str], title: str = "Comparison"
 ) -> dict[str, Path]:
     """Write ``comparison.md``, ``comparison.json`` and ``comparison.png`` into ``out_dir``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from zoo.fileio import make_output_dir, write_atomic
+
+    out = make_output_dir(out_dir)
     paths = {
         "md": out / "comparison.md",
         "json": out / "comparison.json",
         "png": out / "comparison.png",
     }
-    paths["md"].write_text(format_markdown(comparison, title), encoding="utf-8")
-    paths["json"].write_text(json.dumps(comparison.to_json(), indent=2), encoding="utf-8")
+    write_atomic(paths["md"], format_markdown(comparison, title))
+    write_atomic(paths["json"], json.dumps(comparison.to_json(), indent=2))
     write_plot(comparison, paths["png"])
     return paths
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo import stops
 from zoo.actor import Actor, Pending, make_act, starts_transition
 from zoo.checkpoint import Checkpointer
 from zoo.distributed import ProcessGroup
@@ -491,15 +491,13 @@ class Trainer:
         interrupted: list[bool] = []
         # one process alone never stops: its signal is agreed on at the next log (events)
         heard = self._signalled if self.group.several else interrupted
-        previous = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, lambda signum, frame: heard.append(True))
         carry = carry.reset_metrics()
         ts = env.reset()
         carry, actions = loop.first_act(carry, ts)
         try:
-            carry = driver.run(carry, actions, self, interrupted)
+            with stops.heard_while(heard):
+                carry = driver.run(carry, actions, self, interrupted)
         finally:
-            signal.signal(signal.SIGINT, previous)
             self._progress.update(self.env_steps, self.updates, final=True)
         return carry
 

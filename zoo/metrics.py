@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from zoo.fileio import open_append, write_atomic
 from zoo.rundir import RunDir, read_jsonl
 
 __all__ = [
@@ -54,13 +55,7 @@ def truncate_jsonl(path: str | os.PathLike[str], env_steps: int) -> int:
     if not path.exists():
         return 0
     kept = [r for r in read_jsonl(path) if int(r.get("env_steps", 0)) <= env_steps]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for record in kept:
-            f.write(json.dumps(record) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, "".join(json.dumps(record) + "\n" for record in kept))
     return len(kept)
 
 
@@ -90,7 +85,7 @@ class JsonlWriter:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        self._file: TextIO = self.path.open("a", encoding="utf-8")
+        self._file: TextIO = open_append(self.path)
 
     def write(self, record: Mapping[str, Any]) -> None:
         self._file.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")

@@ -444,10 +444,16 @@ def load_series(ref: str | os.PathLike[str]) -> Series:
     """
     ref = str(ref)
     if ref.endswith((".yaml", ".yml")):
-        path = Path(ref)
-        if not path.is_file():
-            raise UnknownSeriesError(f"reference series file {ref} does not exist")
-        entries = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        from zoo.fileio import read_text
+        from zoo.spec.files import parse_yaml
+
+        try:
+            entries = parse_yaml(read_text(ref, what="reference series file")) or {}
+        except FileNotFoundError:
+            raise UnknownSeriesError(f"reference series file {ref} does not exist") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            raise UnknownSeriesError(f"cannot read the reference series file: {first}") from None
         if not isinstance(entries, dict) or len(entries) != 1:
             raise UnknownSeriesError(
                 f"{ref} must hold exactly one series (`ID: {{label, protocol, statistic, "

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from zoo import rundir
 from zoo import spec as spec_lib
+from zoo.fileio import read_text, write_atomic
 from zoo.memory import MemoryPlan
 from zoo.rundir import RunDir, RunError, RunRefusedError, RunSettings, RunSettingsError
 from zoo.spec import AlgorithmSpec, SpecError
@@ -130,12 +131,6 @@ def _provenance(settings: RunSettings, protocol: Any) -> dict[str, Any]:
         "seed": settings.seed,
         "command": sys.argv,
     }
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _spec_yaml(spec: AlgorithmSpec) -> str:
@@ -1070,6 +1065,12 @@ def _create_run_dir(
         state = rundir.classify(path)
         if state == "not_a_directory":
             raise RunRefusedError(f"cannot use {path} as a run directory: it is a file")
+        if state == "dangling_link":
+            raise RunRefusedError(
+                f"cannot use {path} as a run directory: it is a symbolic link to "
+                f"{os.readlink(path)}, which does not exist; create that directory or choose "
+                "another --run-dir"
+            )
         if state == "foreign":
             raise RunRefusedError(
                 f"{path} is not empty and is not a zoo run directory (it holds "
@@ -1105,7 +1106,7 @@ def _make_dir(path: Path) -> None:
 
 def _write_settings(run: RunDir, settings: RunSettings) -> None:
     """``run.yaml``."""
-    _write_text(
+    write_atomic(
         run.settings_file, yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
     )
 
@@ -1114,7 +1115,7 @@ def _write_provenance(run: RunDir, settings: RunSettings) -> None:
     """``provenance.json``: versions, commit, machine and the protocol's settings."""
     from zoo.envs import get_protocol
 
-    _write_text(
+    write_atomic(
         run.provenance_file,
         json.dumps(_provenance(settings, get_protocol(settings.protocol)), indent=2),
     )
@@ -1126,7 +1127,7 @@ def _write_new_run(path: Path, spec: AlgorithmSpec, settings: RunSettings) -> No
     spec_text = _spec_yaml(spec)
     try:
         run = RunDir(path)
-        _write_text(run.spec_file, spec_text)
+        write_atomic(run.spec_file, spec_text)
         _write_provenance(run, settings)
         rundir.append_history(
             path,
@@ -1150,6 +1151,7 @@ def _lock_run_to_resume(run_path: Path) -> rundir.RunLock:
         raise RunRefusedError(
             f"cannot resume {run_path}: it is not a zoo run directory (no run.yaml)"
         )
+    rundir.check_run_files(run_path)
     return rundir.RunLock(run_path).acquire()
 
 
@@ -1204,7 +1206,7 @@ def _recorded_spec(run_path: Path, created: Mapping[str, Any] | None, action: st
     """The run's spec from its spec.yaml, refused if it was edited since the run was created."""
     spec_path = RunDir(run_path).spec_file
     try:
-        spec_text = spec_path.read_text(encoding="utf-8")
+        spec_text = read_text(spec_path, what="spec file")
     except OSError as e:
         raise RunRefusedError(f"cannot {action} {run_path}: cannot read spec.yaml ({e})") from None
     if created is not None and rundir.sha256_text(spec_text) != created.get("spec_sha256"):
@@ -1756,7 +1758,7 @@ def _record_resume(
     history = rundir.read_history(run_path)
     if rundir.creation_record(history) is None:
         # a run from before histories: what it holds now is what later resumes are held to
-        spec_text = RunDir(run_path).spec_file.read_text(encoding="utf-8")
+        spec_text = read_text(RunDir(run_path).spec_file, what="spec file")
         recorded = settings.model_dump(mode="json")
         if previous_total is not None:
             recorded["total_env_steps"] = previous_total
@@ -1769,7 +1771,7 @@ def _record_resume(
     fields: dict[str, Any] = {"from_env_steps": step, "total_env_steps": settings.total_env_steps}
     if previous_total is not None:
         fields["budget_changed_from"] = previous_total
-        _write_text(
+        write_atomic(
             RunDir(run_path).settings_file,
             yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False),
         )
@@ -1828,30 +1830,36 @@ def _evaluator(
 
 @contextlib.contextmanager
 def _interrupt_noted(shown: Any) -> Iterator[None]:
-    """While an evaluation plays, Ctrl-C is answered at once: the trainer stops after it (the
-    evaluation is part of the step being checkpointed), which on Atari can be minutes away, so
-    say so instead of seeming to ignore the key. The trainer's own handler still records it."""
+    """While an evaluation plays, a stop signal (Ctrl-C, SIGTERM, SIGHUP) is answered at once:
+    the trainer stops after it (the evaluation is part of the step being checkpointed), which on
+    Atari can be minutes away, so say so instead of seeming to ignore it. The trainer's own
+    handler still records it (a second signal still stops at once)."""
     import signal
     import threading
+
+    from zoo.stops import STOP_SIGNALS, signal_name
 
     if shown is None or threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGINT)
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
 
     def on_interrupt(signum: int, frame: Any) -> None:
         _say(
-            "interrupt received: the evaluation under way plays to its end, then the run saves "
-            "a checkpoint and stops"
+            f"{signal_name(signum)} received: the evaluation under way plays to its end, then "
+            "the run saves a checkpoint and stops"
         )
-        if callable(previous):
-            previous(signum, frame)
+        handler = previous[signal.Signals(signum)]
+        if callable(handler):
+            handler(signum, frame)
 
-    signal.signal(signal.SIGINT, on_interrupt)
+    for s in STOP_SIGNALS:
+        signal.signal(s, on_interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def evaluation_summary(evaluation: Mapping[str, Any]) -> str:
@@ -2004,6 +2012,13 @@ def load_policy(run_dir: str | os.PathLike[str], *, step: int | None = None) -> 
     Loads the network parameters of the newest intact (or the ``step``) checkpoint; acts
     greedily. A damaged newer checkpoint is passed over with a note on stderr.
     """
+    return _load_policy(run_dir, step)[0]
+
+
+def _load_policy(
+    run_dir: str | os.PathLike[str], step: int | None
+) -> tuple[Callable, dict[str, Any]]:
+    """:func:`load_policy`'s policy and the metadata of the checkpoint it came from."""
     import jax
 
     from zoo.checkpoint import Checkpointer
@@ -2027,10 +2042,10 @@ def load_policy(run_dir: str | os.PathLike[str], *, step: int | None = None) -> 
     learner_state = Learner(spec).init(network, jax.random.PRNGKey(0))
     checkpointer = Checkpointer(RunDir(run_path).checkpoints)
     try:
-        restored, _ = _restore_learner(checkpointer, learner_state, step, run_path)
+        restored, meta = _restore_learner(checkpointer, learner_state, step, run_path)
     finally:
         checkpointer.close()
-    return make_policy_fn(spec, num_actions)(restored.online, jax.random.PRNGKey(0))
+    return make_policy_fn(spec, num_actions)(restored.online, jax.random.PRNGKey(0)), dict(meta)
 
 
 def _restore_learner(checkpointer: Any, learner_state: Any, step: int | None, run_path: Path):
@@ -2082,7 +2097,7 @@ def evaluate_run(
     check_count("eval_envs", num_envs)
     num_envs = eval_envs_for(episodes, num_envs, ("--envs", "--episodes"))
     run_path = Path(run_dir)
-    policy = load_policy(run_path, step=step)
+    policy, meta = _load_policy(run_path, step)
     settings = _read_settings(run_path)
     spec = spec_lib.load_algorithm(RunDir(run_path).spec_file)
     shown = EvaluationProgress(f"zoo eval {run_path}") if progress else None
@@ -2099,11 +2114,33 @@ def evaluate_run(
     )
     if shown is not None:
         shown.close()
-    return {
+    summary = {
         "run_dir": str(run_path),
         "protocol": settings.protocol,
+        "checkpoint_env_steps": int(meta.get("env_steps", -1)),
         **_finished(result, max_steps, "--max-steps"),
     }
+    _record_posthoc(run_path, summary, max_steps)
+    return summary
+
+
+def _record_posthoc(run_path: Path, summary: Mapping[str, Any], max_steps: int | None) -> None:
+    """Append ``zoo eval``'s result to the run's ``posthoc_eval.jsonl`` (a run directory that
+    cannot be written, someone else's, keeps the result on the screen only, with a note)."""
+    from zoo.fileio import open_append
+
+    record = {
+        "kind": "posthoc",
+        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "env_steps": summary["checkpoint_env_steps"],
+        "max_steps": max_steps,
+        **{k: v for k, v in summary.items() if k not in ("run_dir", "checkpoint_env_steps")},
+    }
+    try:
+        with open_append(RunDir(run_path).posthoc_evals_file) as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as e:
+        _say(f"this evaluation was not recorded in {run_path} ({e})")
 
 
 __all__ += ["SpecError"]

@@ -41,9 +41,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from zoo.fileio import open_append, read_text
+
 __all__ = [
     "HISTORY",
     "LOCK",
+    "MAX_ENV_STEPS",
+    "RUN_FILE_NAMES",
     "RunDir",
     "RunError",
     "RunLock",
@@ -51,6 +55,7 @@ __all__ = [
     "RunSettings",
     "RunSettingsError",
     "append_history",
+    "check_run_files",
     "classify",
     "complete_steps",
     "creation_record",
@@ -74,6 +79,7 @@ RUN_FILES = frozenset(
         "provenance.json",
         "metrics.jsonl",
         "eval.jsonl",
+        "posthoc_eval.jsonl",
         "tb",
         "checkpoints",
         "damaged-checkpoints",
@@ -174,7 +180,15 @@ class RunLock:
 
 # --------------------------------------------------------------------------------- what it is
 
-State = Literal["absent", "empty", "run", "interrupted_creation", "not_a_directory", "foreign"]
+State = Literal[
+    "absent",
+    "empty",
+    "run",
+    "interrupted_creation",
+    "not_a_directory",
+    "dangling_link",
+    "foreign",
+]
 
 
 def _entries(path: Path) -> list[str]:
@@ -187,11 +201,12 @@ def classify(path: str | os.PathLike[str]) -> State:
     ``absent`` or ``empty`` (a lone lock file counts as empty): a run may be created there;
     ``run``: a run of ours (it has ``run.yaml``); ``interrupted_creation``: only files a run writes
     before its ``run.yaml`` (a creation cut short: nothing was trained); ``not_a_directory``;
-    ``foreign``: anything else (a user's own files).
+    ``dangling_link``: a symbolic link to nothing (creating the directory would fail, or create
+    it somewhere the link names); ``foreign``: anything else (a user's own files).
     """
     path = Path(path)
     if not path.exists():
-        return "absent"
+        return "dangling_link" if path.is_symlink() else "absent"
     if not path.is_dir():
         return "not_a_directory"
     names = [n for n in _entries(path) if n != LOCK]
@@ -202,6 +217,36 @@ def classify(path: str | os.PathLike[str]) -> State:
     if all(n in _CREATION_FILES or n.endswith(".tmp") for n in names):
         return "interrupted_creation"
     return "foreign"
+
+
+#: The files of a run (as opposed to its folders): each must be a regular file, never a link.
+RUN_FILE_NAMES = frozenset(
+    {"spec.yaml", "run.yaml", "provenance.json", "metrics.jsonl", "eval.jsonl",
+     "posthoc_eval.jsonl", HISTORY}
+)  # fmt: skip
+
+
+def check_run_files(path: str | os.PathLike[str]) -> None:
+    """Refuse a run whose files are links, FIFOs or folders (someone else's doing: zoo writes
+    regular files only); its ``checkpoints`` folder may be a link, to put them on another disk.
+
+    Raises:
+      RunRefusedError: naming the first such file and the fix.
+    """
+    import stat
+
+    for name in sorted(RUN_FILE_NAMES):
+        try:
+            mode = os.lstat(Path(path) / name).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise RunRefusedError(
+                f"{Path(path) / name} is {what}; zoo reads and writes only regular files in a run "
+                "directory (a link could make it write outside it): remove the link or "
+                "restore the file"
+            )
 
 
 def foreign_example(path: str | os.PathLike[str]) -> str:
@@ -250,7 +295,7 @@ def append_history(run_dir: str | os.PathLike[str], event: str, **fields: Any) -
     """Append ``{"event": event, "time": ..., **fields}`` to the run's history (fsynced)."""
     record = {"event": event, "time": _now(), **fields}
     path = Path(run_dir) / HISTORY
-    with path.open("a", encoding="utf-8") as f:
+    with open_append(path) as f:
         f.write(json.dumps(record) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -354,6 +399,12 @@ def complete_steps(directory: str | os.PathLike[str]) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
 
 
+#: The largest budget a run accepts: 10¹² transitions. The longest published Atari runs
+#: (Agent57: 90 billion frames, 22.5 billion agent steps) are 45 times shorter; a larger number
+#: is a typo, and would print an estimate of 10¹³ hours instead of a refusal.
+MAX_ENV_STEPS = 10**12
+
+
 class RunSettings(BaseModel):
     """Everything besides the algorithm that defines a run (saved as ``run.yaml``)."""
 
@@ -364,7 +415,9 @@ class RunSettings(BaseModel):
     env: str = Field(description="environment id")
     protocol: str = Field(description="evaluation protocol")
     num_envs: int = Field(ge=1, le=4096, description="parallel environments")
-    total_env_steps: int = Field(gt=0, description="training budget in transitions")
+    total_env_steps: int = Field(
+        gt=0, le=MAX_ENV_STEPS, description="training budget in transitions"
+    )
     seed: int = Field(
         ge=0, le=2**31 - 1, description="seed of networks, exploration, replay and environments"
     )
@@ -428,6 +481,7 @@ class RunDir:
     PROVENANCE = "provenance.json"
     METRICS = "metrics.jsonl"
     EVALS = "eval.jsonl"
+    POSTHOC_EVALS = "posthoc_eval.jsonl"
     CHECKPOINTS = "checkpoints"
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -462,6 +516,12 @@ class RunDir:
         return self.path / self.EVALS
 
     @property
+    def posthoc_evals_file(self) -> Path:
+        """``posthoc_eval.jsonl``: the evaluations ``zoo eval`` made of the run's checkpoints
+        after the fact, one record each (never mixed with the run's own ``eval.jsonl``)."""
+        return self.path / self.POSTHOC_EVALS
+
+    @property
     def checkpoints(self) -> Path:
         """The checkpoint folder."""
         return self.path / self.CHECKPOINTS
@@ -480,7 +540,7 @@ class RunDir:
         if not self.is_run():
             raise RunSettingsError(f"{self.path} is not a zoo run directory (no run.yaml)")
         try:
-            data = yaml.safe_load(self.settings_file.read_text(encoding="utf-8"))
+            data = yaml.safe_load(read_text(self.settings_file, what="run.yaml"))
             return RunSettings.model_validate(data)
         except (OSError, yaml.YAMLError, ValidationError) as e:
             first = str(e).splitlines()[0][:200]

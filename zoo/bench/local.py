@@ -157,7 +157,8 @@ def _output_to(path: Path) -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # never through a link planted in a shared bench folder (docs/reliability.md)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
     try:
         os.dup2(fd, 1)
         os.dup2(fd, 2)

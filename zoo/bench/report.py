@@ -44,6 +44,7 @@ from zoo.bench import stats
 from zoo.bench.errors import BenchError
 from zoo.bench.published import published
 from zoo.bench.suites import STATISTICS, Suite, get_suite
+from zoo.fileio import make_output_dir, save_figure, write_atomic
 from zoo.rundir import RunDir, RunSettingsError
 
 __all__ = ["BenchData", "BenchRun", "collect", "write_report"]
@@ -570,7 +571,7 @@ def _plots(
             xlabel_y_coordinate=-0.4,
         )
         paths["intervals"] = out / "intervals.png"
-        fig.savefig(paths["intervals"], dpi=100, bbox_inches="tight")
+        save_figure(fig, paths["intervals"], dpi=100, bbox_inches="tight")
         plt.close(fig)
     if profiles:
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -584,7 +585,7 @@ def _plots(
         )
         _legend(ax, list(profiles), loc="upper right")
         paths["profiles"] = out / "profiles.png"
-        fig.savefig(paths["profiles"], dpi=100, bbox_inches="tight")
+        save_figure(fig, paths["profiles"], dpi=100, bbox_inches="tight")
         plt.close(fig)
     pairs = [(a, b) for i, a in enumerate(algos) for b in algos[i + 1 :] if (a, b) in poi]
     if pairs:
@@ -595,7 +596,7 @@ def _plots(
             ax=ax,
         )
         paths["improvement"] = out / "improvement.png"
-        fig.savefig(paths["improvement"], dpi=100, bbox_inches="tight")
+        save_figure(fig, paths["improvement"], dpi=100, bbox_inches="tight")
         plt.close(fig)
     if frames and efficiency:
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -616,7 +617,7 @@ def _plots(
         )
         _legend(ax, list(efficiency))
         paths["sample_efficiency"] = out / "sample_efficiency.png"
-        fig.savefig(paths["sample_efficiency"], dpi=100, bbox_inches="tight")
+        save_figure(fig, paths["sample_efficiency"], dpi=100, bbox_inches="tight")
         plt.close(fig)
     return paths
 
@@ -664,11 +665,10 @@ def write_report(
       BenchError: ``root`` holds no run, or runs of several environment families without a suite.
     """
     root = Path(root)
-    out_dir = Path(out) if out is not None else root
-    out_dir.mkdir(parents=True, exist_ok=True)
     chosen = get_suite(suite) if suite is not None else None
     statistic = chosen.statistic if chosen is not None else "evaluation"
-    data = collect(root, statistic)
+    data = collect(root, statistic)  # a folder that holds no run is refused before any write
+    out_dir = make_output_dir(out if out is not None else root)
     m = _matrices(data, chosen)
     _published(data, chosen, m)
     small = min(reps, 2000)
@@ -734,13 +734,13 @@ def write_report(
         "notes": [*m.notes, *data.notes],
     }
     paths["json"] = out_dir / "bench.json"
-    paths["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    write_atomic(paths["json"], json.dumps(report, indent=2, ensure_ascii=False))
     paths["md"] = out_dir / "bench.md"
-    paths["md"].write_text(
+    write_atomic(
+        paths["md"],
         _markdown(
             data, chosen, m, aggregates, poi, predicted, verdicts, fallbacks, paths, reps, statistic
         ),
-        encoding="utf-8",
     )
     return paths
 

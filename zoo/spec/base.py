@@ -14,6 +14,9 @@ bootstrap that needs a temperature says so). A user's component gets the same ho
 
 from __future__ import annotations
 
+import functools
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -39,14 +42,58 @@ __all__ = [
 ]
 
 
+class _Boolean:
+    """A YAML boolean given where a number belongs; no number validator accepts it, and its repr
+    is the YAML the user wrote (``got true``)."""
+
+    def __init__(self, value: bool):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "true" if self.value else "false"
+
+
+def _types_of(annotation: Any) -> set[Any]:
+    """The plain types an annotation admits (``Annotated`` and unions unwrapped)."""
+    if typing.get_origin(annotation) is Annotated:
+        return _types_of(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return set().union(*(_types_of(a) for a in typing.get_args(annotation)))
+    return {annotation}
+
+
+@functools.cache
+def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Fields of ``model`` that take a number and not a boolean."""
+    out = set()
+    for name, field in model.model_fields.items():
+        admitted = _types_of(field.annotation)
+        if admitted & {int, float} and bool not in admitted:
+            out.add(name)
+    return frozenset(out)
+
+
 class Model(BaseModel):
-    """Base of every spec model: frozen, unknown keys forbidden, no NaN or infinite values."""
+    """Base of every spec model: frozen, unknown keys forbidden, no NaN or infinite values, and
+    no boolean where a number belongs (Pydantic would read ``n_step: true`` as 1)."""
 
     # allow_inf_nan=False: no spec value may be NaN or infinite (a learning rate of .nan or a
     # discount of .inf validates field by field and then trains nothing)
     model_config = ConfigDict(
         frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False
     )
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _booleans_are_not_numbers(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            numeric = _numeric_fields(cls)
+            if any(isinstance(data.get(name), bool) for name in numeric):
+                data = {
+                    k: _Boolean(v) if k in numeric and isinstance(v, bool) else v
+                    for k, v in data.items()
+                }
+        return data
 
     def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
         """``(field path, message)`` for each way the rest of ``spec`` conflicts with this part.

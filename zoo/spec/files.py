@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from zoo.fileio import UnsafeFileError, read_text
 from zoo.spec.errors import Problem, SpecError, problem
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "data_dir",
     "is_package_data",
     "package_data_dir",
+    "parse_yaml",
     "presets_dir",
     "read_entries",
     "read_yaml",
@@ -73,18 +76,35 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+# YAML 1.2's floats: PyYAML follows YAML 1.1, where an exponent needs a dot and a sign (`1.0e-4`)
+# and `1e-4`, `3e5` or `1E+3` are strings, which a schedule field would then read as an unknown
+# kind. These forms are floats in YAML 1.2, JSON and Python, and here.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """One YAML document with the safe loader, YAML 1.2's number forms and duplicate keys
+    refused (:class:`yaml.YAMLError` for malformed text)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a YAML mapping with a safe loader; errors become :class:`SpecError`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, what="spec file")
     except FileNotFoundError:
         raise problem(str(path), None, "", "no such file") from None
+    except UnsafeFileError as e:
+        raise problem(str(path), None, "", str(e).removeprefix(f"{path} ")) from None
     except (OSError, UnicodeDecodeError) as e:
         raise problem(str(path), None, "", f"cannot read the file: {e}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        data = parse_yaml(text)
     except RecursionError:
         raise problem(str(path), None, "", TOO_DEEP) from None
     except yaml.YAMLError as e:
@@ -94,8 +114,14 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         context = getattr(e, "context", None)
         message = f"malformed YAML: {where}{what}" + (f" ({context})" if context else "")
         raise problem(str(path), None, "", message) from None
-    if data is None:
-        return {}
+    if data is None or data == {}:
+        raise problem(
+            str(path),
+            None,
+            "",
+            "the file holds no entries (it is empty or all comments): write at least one "
+            "`NAME: {algorithm: ..., overrides: ...}` entry, or name another file",
+        )
     if too_deep(data):
         raise problem(str(path), None, "", TOO_DEEP)
     if not isinstance(data, dict):

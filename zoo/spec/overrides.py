@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from zoo.spec.errors import problem
-from zoo.spec.files import MAX_NESTING, TOO_DEEP, too_deep
+from zoo.spec.files import MAX_NESTING, TOO_DEEP, parse_yaml, too_deep
 
 __all__ = ["OVERRIDES_SOURCE", "apply_overrides", "check_overrides", "merge", "parse_overrides"]
 
@@ -43,7 +43,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise problem("--set", None, item, "expected KEY=VALUE, e.g. loss.n_step=3")
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = parse_yaml(text) if text.strip() else None
         except RecursionError:
             raise problem("--set", None, key.strip(), TOO_DEEP) from None
         except yaml.YAMLError as e:
