@@ -132,9 +132,11 @@ def test_list_prints_plain_text_not_docstring_markup(tmp_path: Path) -> None:
     [["list", "nothing_like_this*"], ["list", "algorithms", "zz*"], ["list", "presets", "zz*"]],
 )
 @pytest.mark.unit
-def test_list_without_a_match_exits_1_with_a_message(tmp_path: Path, args: list[str]) -> None:
+def test_list_without_a_match_is_refused_with_a_message(tmp_path: Path, args: list[str]) -> None:
+    # exit 2 like every other refusal (docs/reliability.md), with the command that lists them all
     result = run_zoo(*args, cwd=tmp_path)
-    assert result.returncode == 1
+    assert result.returncode == 2
+    assert "lists them all" in result.stderr
     assert result.stdout == ""
     assert "match" in result.stderr and args[-1] in result.stderr
     assert_no_traceback(result)
