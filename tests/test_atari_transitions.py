@@ -9,7 +9,8 @@ independently: a second envpool pool with the same seed, driven through envpool'
 API with the actions the loop took, and turned into the protocol's transitions by a plain-Python
 model of its rules (a lost life from a drop in ``info["lives"]``: terminal in training where the
 protocol says so, the stack restarted where it says so; stacks zero-padded before an episode's
-first frame, as dqn_zoo and Dopamine pad; ``valid``/``first`` flags of the replay's slots).
+first frame, as dqn_zoo and Dopamine pad, or filled with that frame where the protocol repeats
+it, as envpool's own stack does; ``valid``/``first`` flags of the replay's slots).
 Then every stored slot and every eligible sampled n-step transition (stack, action, reward,
 discount, next stack) is compared with that model.
 """
@@ -41,7 +42,14 @@ CAP = 130  # agent steps per game (random Breakout games last ~150-300): truncat
 N_STEP = 3
 SAMPLES = 2048  # draws from ~450 eligible items
 GAMMA = 0.99
-ATARI = ["nature_2015", "dopamine_2018", "machado_2018", "atari_100k", "r2d2_2019"]
+ATARI = [
+    "nature_2015",
+    "purejaxql_atari",
+    "dopamine_2018",
+    "machado_2018",
+    "atari_100k",
+    "r2d2_2019",
+]
 
 
 def small_spec() -> zoo.AlgorithmSpec:
@@ -127,7 +135,9 @@ def reference_stream(protocol_name: str, actions: np.ndarray) -> dict[str, np.nd
         first = (elapsed == 0) | (lost & protocol.life_loss_resets_stack & ~over)
         for e in range(n):
             if first[e]:
-                frames[e].extend([np.zeros_like(raw_obs[e][-1])] * stack)
+                newest = raw_obs[e][-1]
+                fill = newest if protocol.game_start_stack == "repeat" else np.zeros_like(newest)
+                frames[e].extend([fill] * stack)
                 age[e] = 0
             else:
                 age[e] += 1
@@ -202,8 +212,12 @@ def test_atari_replay_matches_the_environment_stream(protocol, path):
     # the model's stacks are envpool's wherever the stack is full since its start
     full = s["age"] >= p.stack - 1
     assert_same(s["observation"][full], s["raw"][full], "model vs envpool stacks")
-    # and zero-padded where it is not (the first steps of a game, or of a life under atari_100k)
-    if p.stack > 1:
+    # and zero-padded where it is not (the first steps of a game, or of a life under atari_100k),
+    # or, where the protocol repeats the first frame, envpool's own stacks there too
+    if p.stack > 1 and p.game_start_stack == "repeat":
+        assert (~full).any() and not p.life_loss_resets_stack
+        assert_same(s["observation"], s["raw"], "repeated first frames vs envpool's stacks")
+    elif p.stack > 1:
         assert (~full).any() and not s["observation"][~full][:, 0].any()
 
     # what the ring holds: global steps T - C .. T - 1 (T = STEPS), slot t % C

@@ -52,12 +52,14 @@ def test_protocol_fields_have_no_defaults_and_every_protocol_is_registered():
         assert field.default_factory is dataclasses.MISSING, field.name
     assert set(ze.protocol_names()) == {
         "nature_2015",
+        "purejaxql_atari",
         "dopamine_2018",
         "machado_2018",
         "atari_100k",
         "r2d2_2019",
         "classic",
         "minatar",
+        "gymnax_minatar",
     }
     for name, protocol in ze.PROTOCOLS.items():
         assert protocol.name == name
@@ -93,6 +95,19 @@ def test_protocol_values():
     classic = ze.get_protocol("classic")
     assert classic.reward_clip is None and classic.eval_epsilon == 0.0
     assert classic.frame_shape is None and classic.max_episode_frames is None
+    # purejaxql's envpool 0.8.4 call: nature_2015's settings with FIRE and repeated first frames
+    pqn = ze.get_protocol("purejaxql_atari")
+    assert (pqn.fire_reset, pqn.game_start_stack, pqn.noop_max) == (True, "repeat", 30)
+    assert (pqn.life_loss_terminal, pqn.life_loss_resets_stack) == (True, False)
+    assert pqn.envpool_kwargs(training=True)["use_fire_reset"] is True
+    assert {p.game_start_stack for p in ze.PROTOCOLS.values() if p is not pqn} == {"zeros"}
+    # gymnax's MinAtar settings: no sticky actions, minimal actions, 1,000 steps (Freeway 2,500)
+    gymnax = ze.get_protocol("gymnax_minatar")
+    assert (gymnax.sticky_action_prob, gymnax.full_action_set) == (0.0, False)
+    assert gymnax.episode_steps_for("MinAtar/Asterix-v1") == 1_000
+    assert gymnax.episode_steps_for("MinAtar/Freeway-v1") == 2_500
+    assert gymnax.gymnasium_kwargs(True, "MinAtar/Freeway-v1")["max_episode_steps"] == 2_500
+    assert ze.get_protocol("minatar").episode_steps_for("MinAtar/Freeway-v1") is None
 
 
 @pytest.mark.unit
@@ -334,6 +349,55 @@ def test_minatar_through_gymnasium():
         ze.make("MinAtar/Breakout-v1", protocol="classic")
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("repeat", [False, True])
+def test_finish_timestep_fills_the_stack_with_zeros_or_the_first_frame(repeat):
+    """Hand-worked: envpool's stack ``[9, 9, 1, 2]`` two steps into an episode (age 1 after
+    this step) becomes ``[0, 0, 1, 2]``, or ``[1, 1, 1, 2]`` under ``game_start_stack:
+    repeat``; a fresh episode's ``[5, 5, 5, 5]`` keeps only its newest frame (or all four)."""
+    from zoo.envs.core import EnvState, RawStep, TimeStepRules, finish_timestep
+
+    observation = np.array([[9, 9, 1, 2], [5, 5, 5, 5]], np.uint8).reshape(2, 4, 1, 1)
+    flags = np.zeros(2, bool)
+    raw = RawStep(observation, np.zeros(2), flags, flags, np.array([False, True]), flags,
+                  np.zeros(2, np.int32))  # fmt: skip
+    state = EnvState(game_over=flags, lives=np.zeros(2, np.int32), age=np.array([0, 3]))
+    rules = TimeStepRules(None, False, False, 4, repeat_first_frame=repeat)
+    timestep, after = finish_timestep(np, raw, state, rules)
+    assert after.age.tolist() == [1, 0]
+    expected = [[1, 1, 1, 2], [5, 5, 5, 5]] if repeat else [[0, 0, 1, 2], [0, 0, 0, 5]]
+    assert timestep.observation.reshape(2, 4).tolist() == expected
+
+
+#: gymnax/environments/minatar/<game>.py's minimal_action_set (gymnax 0.0.6, purejaxql's).
+GYMNAX_MINIMAL_ACTIONS = {"Asterix": [0, 1, 2, 3, 4], "Freeway": [0, 2, 4]}
+
+
+@pytest.mark.parametrize(("game", "cap"), [("Asterix", 1_000), ("Freeway", 2_500)])
+@pytest.mark.compiled
+def test_gymnax_minatar_protocol_has_gymnax_caps_and_minimal_actions(game, cap):
+    """gymnax 0.0.6's MinAtar (purejaxql's): gymnax's minimal action set, no sticky actions,
+    and episodes cut at max_steps_in_episode (1,000; Freeway 2,500)."""
+    pytest.importorskip("minatar")
+    import gymnasium
+
+    env_id = f"MinAtar/{game}-v1"
+    with ze.make(env_id, protocol="gymnax_minatar", num_envs=1, seed=0) as env:
+        assert env.num_actions == len(GYMNAX_MINIMAL_ACTIONS[game])
+        assert env.max_episode_steps == cap
+        if game == "Freeway":  # a chicken that never moves: no game end but the cap
+            env.reset()
+            steps = [env.step(np.zeros(1, np.int32)) for _ in range(cap)]
+            assert not any(t.game_over[0] for t in steps[:-1])
+            assert steps[-1].truncated[0] and not steps[-1].terminated[0]
+    # the settings reach MinAtar itself (zoo.envs.make registered its gymnasium ids)
+    protocol = ze.get_protocol("gymnax_minatar")
+    made = gymnasium.make(env_id, **protocol.gymnasium_kwargs(True, env_id))
+    assert made.unwrapped.game.sticky_action_prob == 0.0
+    assert list(made.unwrapped.action_set) == GYMNAX_MINIMAL_ACTIONS[game]
+    made.close()
+
+
 # --------------------------------------------------------------------------------------------
 # Atari
 
@@ -437,6 +501,59 @@ def test_breakout_lost_life_is_terminal_in_training_and_the_game_goes_on():
     assert restart.first[0] and not restart.valid[0]
     assert_episode_start_stack(restart.observation[0])
     env.close()
+
+
+#: purejaxql/config/alg/pqn_atari.yaml's ENV_KWARGS, passed to envpool.make by pqn_atari.py; the
+#: rest are envpool's defaults (use_fire_reset True among them).
+PUREJAXQL_ENV_KWARGS = {
+    "episodic_life": True,
+    "reward_clip": True,
+    "repeat_action_probability": 0.0,
+    "frame_skip": 4,
+    "noop_max": 30,
+}
+
+
+@pytest.mark.compiled
+def test_purejaxql_protocol_plays_purejaxqls_envpool_until_the_first_lost_life():
+    """Breakout (a FIRE game) under ``purejaxql_atari`` against envpool made exactly as
+    purejaxql's pqn_atari.py makes it: the reset (no-ops, then FIRE, the first frame in all four
+    slots) and every step up to the first lost life give the same stacks and clipped rewards,
+    and the life-losing step is terminal in both. Then they part, as the protocol states
+    (``life_loss_terminal`` differs): envpool's episodic_life spends the next step on a reset
+    (the action dropped, no-ops and FIRE), zoo plays that step's action in the running game."""
+    import envpool
+
+    seed = 3
+    pool = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, seed=seed,
+                        **PUREJAXQL_ENV_KWARGS)  # fmt: skip
+    obs, _ = pool.reset()
+    with ze.make("Breakout-v5", protocol="purejaxql_atari", seed=seed, training=True) as env:
+        first = env.reset()
+        np.testing.assert_array_equal(first.observation, obs)
+        # envpool's own stack at a reset: the first frame in every slot (after FIRE)
+        assert all(np.array_equal(obs[0, i], obs[0, -1]) for i in range(3))
+        act = random_actions(env, seed=5)
+        actions, steps = act(first), 0
+        while True:
+            obs, reward, term, _, _ = pool.step(actions)
+            timestep = env.step(actions)
+            steps += 1
+            np.testing.assert_array_equal(timestep.observation, obs)
+            np.testing.assert_array_equal(timestep.reward, reward)
+            assert timestep.terminated[0] == term[0]
+            if term[0]:
+                break
+            assert steps < 2000
+            actions = act(timestep)
+        assert not timestep.game_over[0]  # a lost life, the game goes on in zoo
+        after_pool, *_ = pool.step(np.array([RIGHT]))
+        after_zoo = env.step(np.array([RIGHT]))
+        assert after_zoo.valid[0] and not after_zoo.first[0]
+        assert_shifted(timestep.observation[0], after_zoo.observation[0])
+        # envpool's reset step after the lost life pushed one frame played by no-ops and FIRE
+        assert_shifted(obs[0], after_pool[0])
+    pool.close()
 
 
 @pytest.mark.parametrize("training", [True, False])

@@ -14,7 +14,7 @@ import pytest
 
 import zoo.networks as zn  # imported first: registers the built-in torsos, cores and heads
 from zoo import registry
-from zoo.networks.torsos import _max_pool_same
+from zoo.networks.torsos import max_pool_3x3_stride_2
 
 OBS_SHAPE = (3,)
 NUM_ACTIONS = 2
@@ -402,11 +402,90 @@ def test_minatar_cnn_same_padding_and_glorot_uniform_init():
 @pytest.mark.compiled
 def test_max_pool_same_padding():
     x = np.arange(16, dtype=np.float32).reshape(1, 4, 4)[:, ::-1, :].copy()
-    pooled = np.asarray(_max_pool_same(jnp.asarray(x)))
+    pooled = np.asarray(max_pool_3x3_stride_2(jnp.asarray(x), "same"))
     # TensorFlow SAME for k=3, s=2 on 4: windows start at 0 and 2, padded at the end only.
     expected = np.array([[x[0, 0:3, 0:3].max(), x[0, 0:3, 2:4].max()],
                          [x[0, 2:4, 0:3].max(), x[0, 2:4, 2:4].max()]])  # fmt: skip
     np.testing.assert_array_equal(pooled[0], expected)
+
+
+def _torch_max_pool(x: np.ndarray) -> np.ndarray:
+    """PyTorch's ``MaxPool2d(3, 2, padding=1)`` written out: output ``i`` is the max over inputs
+    ``[2i − 1, 2i + 1]`` clipped to the image (the padding is −∞), ``floor((n + 2 − 3) / 2) + 1``
+    outputs per axis."""
+    c, h, w = x.shape
+    out = np.empty((c, (h - 1) // 2 + 1, (w - 1) // 2 + 1), x.dtype)
+    for i in range(out.shape[1]):
+        for j in range(out.shape[2]):
+            rows = slice(max(2 * i - 1, 0), 2 * i + 2)
+            cols = slice(max(2 * j - 1, 0), 2 * j + 2)
+            out[:, i, j] = x[:, rows, cols].max(axis=(1, 2))
+    return out
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("size", [84, 42, 21, 6, 5])
+def test_symmetric_max_pool_is_pytorchs_and_differs_from_same_on_even_sizes(size: int) -> None:
+    """Beyond The Rainbow's ``nn.MaxPool2d(3, 2, padding=1)``: windows [2i−1, 2i+1]. TF SAME
+    pads an even size at the end only (windows [2i, 2i+2]), so on a ramp the two differ at every
+    output; on an odd size both pad one cell each side and agree."""
+    x = np.random.default_rng(size).normal(size=(2, size, size)).astype(np.float32)
+    symmetric = np.asarray(max_pool_3x3_stride_2(jnp.asarray(x), "symmetric"))
+    np.testing.assert_array_equal(symmetric, _torch_max_pool(x))
+    ramp = np.broadcast_to(np.arange(size, dtype=np.float32), (1, size, size)).copy()
+    same = np.asarray(max_pool_3x3_stride_2(jnp.asarray(ramp), "same"))
+    torch_like = np.asarray(max_pool_3x3_stride_2(jnp.asarray(ramp), "symmetric"))
+    assert same.shape == torch_like.shape == (1, -(-size // 2), -(-size // 2))
+    if size % 2 == 0:
+        # the last column of window i: 2i + 2 under SAME (clipped to n − 1), 2i + 1 under torch
+        last = np.minimum(2 * np.arange(size // 2) + 2, size - 1)
+        np.testing.assert_array_equal(same[0, 0], last)
+        np.testing.assert_array_equal(torch_like[0, 0], 2 * np.arange(size // 2) + 1)
+    else:
+        np.testing.assert_array_equal(same, torch_like)
+
+
+def _conv_same_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndarray:
+    """A direct float64 convolution with XLA's SAME padding, as Flax's ``nn.Conv`` and Haiku's
+    ``hk.Conv2D`` apply it by default: ``ceil(n / s)`` outputs, total padding
+    ``max((out − 1)·s + k − n, 0)`` split with the odd cell at the end."""
+    c_out, c_in, k, _ = w.shape
+    n = x.shape[1]
+    out = -(-n // stride)
+    total = max((out - 1) * stride + k - n, 0)
+    lo = total // 2
+    padded = np.zeros((c_in, n + total, n + total))
+    padded[:, lo : lo + n, lo : lo + n] = x
+    y = np.empty((c_out, out, out))
+    for i in range(out):
+        for j in range(out):
+            patch = padded[:, i * stride : i * stride + k, j * stride : j * stride + k]
+            y[:, i, j] = np.tensordot(w, patch, axes=([1, 2, 3], [0, 1, 2])) + b
+    return y
+
+
+@pytest.mark.compiled
+def test_nature_cnn_same_padding_is_flax_and_haikus_default() -> None:
+    """``padding: SAME``: 84 → 21 → 11 → 11 and 7,744 features (Dopamine's NatureDQNNetwork and
+    Acme's AtariTorso pass no padding, so they inherit SAME); each layer equals a direct SAME
+    convolution. VALID stays 84 → 20 → 9 → 7, 3,136."""
+    shape = (4, 84, 84)
+    same = zn.nature_cnn_torso(
+        SimpleNamespace(kind="nature_cnn", padding="SAME"), shape, key=jax.random.key(0)
+    )
+    valid = zn.nature_cnn_torso(SimpleNamespace(kind="nature_cnn"), shape, key=jax.random.key(0))
+    x = np.random.default_rng(0).uniform(size=shape).astype(np.float32)
+    assert same(jnp.asarray(x)).shape == (7744,)
+    assert valid(jnp.asarray(x)).shape == (3136,)
+    h = x.astype(np.float64)
+    for conv, size in zip(same.convs, (21, 11, 11), strict=True):
+        w, b = np.asarray(conv.weight, np.float64), np.asarray(conv.bias, np.float64).ravel()
+        y = np.maximum(_conv_same_reference(h, w, b, int(conv.stride[0])), 0)
+        assert y.shape[1:] == (size, size)
+        got = np.asarray(jax.nn.relu(conv(jnp.asarray(h, jnp.float32))))
+        np.testing.assert_allclose(got, y, rtol=1e-4, atol=1e-4)
+        h = y
+    np.testing.assert_allclose(np.asarray(same(jnp.asarray(x))), h.ravel(), rtol=1e-4, atol=1e-4)
 
 
 # --------------------------------------------------------------------------- recurrent core
@@ -536,6 +615,103 @@ def test_glorot_uniform_init_of_every_plain_layer_and_the_default_untouched():
     noisy = zoo.load_algorithm("rainbow", overrides={"network.init": "glorot_uniform"})
     net = build_network(noisy, (4, 84, 84), 6, key=key)
     assert [tuple(x.weight.shape) for x in layers(net)][:3] == shapes[:3]
+
+
+def _truncated_normal_variance(bound: float = 2.0) -> float:
+    """Variance of a standard normal truncated to ±``bound``: 1 − 2b·φ(b)/(2Φ(b) − 1)."""
+    pdf = math.exp(-(bound**2) / 2) / math.sqrt(2 * math.pi)
+    mass = math.erf(bound / math.sqrt(2))
+    return 1 - 2 * bound * pdf / mass
+
+
+#: Flax's variance_scaling divides σ by this, the standard deviation of N(0, 1) cut at ±2.
+FLAX_TRUNCATION = 0.87962566103423978
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize(
+    ("init", "variance", "bound"),
+    [
+        # Flax's variance_scaling: truncated normal at ±2σ′, σ′ rescaled so the variance is exact
+        ("he_normal", lambda n: 2 / n, lambda n: 2 * math.sqrt(2 / n) / FLAX_TRUNCATION),
+        ("lecun_normal", lambda n: 1 / n, lambda n: 2 * math.sqrt(1 / n) / FLAX_TRUNCATION),
+        # Dopamine's variance_scaling(1/√3, fan_in, uniform): U(±√(√3/n)), variance bound²/3
+        ("dopamine_uniform", lambda n: math.sqrt(3) / n / 3, lambda n: math.sqrt(math.sqrt(3) / n)),
+        # Haiku's TruncatedNormal(1/√fan_in): N(0, 1/n) cut at ±2σ, not rescaled
+        ("truncated_normal", lambda n: FLAX_TRUNCATION**2 / n, lambda n: 2 / math.sqrt(n)),
+    ],
+)
+def test_named_inits_draw_their_variance_with_zero_biases(init, variance, bound) -> None:
+    """Each ``network.init`` draws every plain layer's weights with the variance its source
+    states (fan_in = in·∏window), within its bound, and zeroes the biases."""
+    import zoo
+    from zoo.networks import build_network
+
+    assert abs(_truncated_normal_variance() - FLAX_TRUNCATION**2) < 1e-9
+    spec = zoo.load_algorithm("dqn", overrides={"network.init": init})
+    net = build_network(spec, (4, 84, 84), 18, key=jax.random.PRNGKey(5))
+    plain = (eqx.nn.Linear, eqx.nn.Conv)
+    leaves = jax.tree_util.tree_leaves(net, is_leaf=lambda x: isinstance(x, plain))
+    for layer in [x for x in leaves if isinstance(x, plain)]:
+        w = np.asarray(layer.weight, np.float64)
+        fan_in = int(np.prod(w.shape[1:]))
+        assert np.abs(w).max() <= bound(fan_in) * (1 + 1e-6)
+        # a sample variance of n draws has relative standard error ≈ √(2/n); ≥ 9,216 draws here
+        assert abs(w.var() / variance(fan_in) - 1) < 5 * math.sqrt(2 / w.size) + 0.01
+        assert not np.asarray(layer.bias).any()
+
+
+@pytest.mark.compiled
+def test_output_init_sets_only_the_output_layers() -> None:
+    """purejaxql's networks: he_normal everywhere, the output layer Flax's default lecun_normal
+    (``output_init``). With dueling both streams' last layers change and nothing else;
+    ``output_init: default`` gives back Equinox's default draw of those layers."""
+    import zoo
+    from zoo.networks import build_network
+
+    key = jax.random.PRNGKey(7)
+    base = {"network.init": "he_normal", "network.dueling": True, "network.hidden": [64]}
+    he = build_network(zoo.load_algorithm("dqn", overrides=base), (4, 84, 84), 6, key=key)
+    mixed = build_network(
+        zoo.load_algorithm("dqn", overrides={**base, "network.output_init": "lecun_normal"}),
+        (4, 84, 84),
+        6,
+        key=key,
+    )
+    back = build_network(
+        zoo.load_algorithm("dqn", overrides={**base, "network.output_init": "default"}),
+        (4, 84, 84),
+        6,
+        key=key,
+    )
+    default = build_network(
+        zoo.load_algorithm("dqn", overrides={"network.dueling": True, "network.hidden": [64]}),
+        (4, 84, 84),
+        6,
+        key=key,
+    )
+    for stream in ("value", "advantage"):
+        he_mlp, mixed_mlp = getattr(he.streams, stream), getattr(mixed.streams, stream)
+        assert np.array_equal(he_mlp.layers[0].weight, mixed_mlp.layers[0].weight)
+        out = np.asarray(mixed_mlp.layers[-1].weight, np.float64)
+        assert not np.array_equal(out, he_mlp.layers[-1].weight)
+        assert abs(out.var() * 64 - 1) < 0.35  # lecun_normal: variance 1/fan_in (≤ 384 draws)
+        assert not np.asarray(mixed_mlp.layers[-1].bias).any()
+        restored = getattr(back.streams, stream).layers[-1]
+        original = getattr(default.streams, stream).layers[-1]
+        assert np.array_equal(restored.weight, original.weight)
+        assert np.array_equal(restored.bias, original.bias)
+    for a, b in zip(he.torso.convs, mixed.torso.convs, strict=True):
+        assert np.array_equal(a.weight, b.weight)
+
+
+@pytest.mark.unit
+def test_output_init_on_noisy_output_layers_is_refused() -> None:
+    import zoo
+    from zoo.spec import SpecError
+
+    with pytest.raises(SpecError, match="noisy output layers keep their own initialisation"):
+        zoo.load_algorithm("rainbow", overrides={"network.output_init": "lecun_normal"})
 
 
 # ------------------------------------------------------------------ layer normalisation

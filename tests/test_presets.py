@@ -17,6 +17,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import pytest
 import yaml
 
@@ -56,6 +57,8 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "schedule.eval_epsilon": (0.05, f"{DQN_ZOO}/dqn/run_atari.py eval_exploration_epsilon"),
         "network.hidden": ([512], f"{DQN_ZOO}/networks.py fc 512"),
         "network.torso.kind": ("nature_cnn", f"{DQN_ZOO}/networks.py Nature CNN"),
+        "network.torso.padding": ("VALID", f"{DQN_ZOO}/networks.py hk.Conv2D(padding='VALID')"),
+        "network.init": ("default", f"{DQN_ZOO}/networks.py U(±1/√fan_in) w and b"),
     },
     "dqn_adam_mse": {
         "optimizer.kind": ("adam", DOPAMINE_DQN),
@@ -74,6 +77,8 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "schedule.epsilon.steps": (250_000, DOPAMINE_DQN),
         "schedule.epsilon.begin": (20_000, "dopamine dqn_agent.py linearly_decaying_epsilon"),
         "schedule.eval_epsilon": (0.001, DOPAMINE_DQN),
+        "network.torso.padding": ("SAME", "dopamine/jax/networks.py nn.Conv, Flax's default"),
+        "network.init": ("glorot_uniform", "dopamine/jax/networks.py xavier_uniform"),
     },
     "double_dqn_tuned": {
         "loss.bootstrap.kind": ("double", f"{DQN_ZOO}/double_q/agent.py double_q_learning"),
@@ -156,6 +161,8 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "schedule.target_update_period": (2_000, "munchausen_rl/configs/atari.gin 8k steps"),
         "schedule.epsilon.end": (0.01, "munchausen_rl/configs/atari.gin"),
         "schedule.eval_epsilon": (0.001, "munchausen_rl/configs/atari.gin"),
+        "network.torso.padding": ("SAME", "dopamine TF atari_lib.py Conv2D(padding='same')"),
+        "network.init": ("glorot_uniform", "dopamine TF atari_lib.py Keras default"),
     },
     "r2d2": {
         "loss.discount": (0.997, "google-deepmind/acme acme/agents/jax/r2d2/config.py"),
@@ -175,6 +182,8 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "network.core.size": (512, "acme jax/networks/atari.py R2D2AtariNetwork hk.LSTM(512)"),
         "network.hidden": ([512], "acme jax/networks/atari.py DuellingMLP([512])"),
         "network.dueling": (True, "acme jax/networks/atari.py DuellingMLP"),
+        "network.torso.padding": ("SAME", "acme tf/networks/atari.py snt.Conv2D default"),
+        "network.init": ("truncated_normal", "sonnet conv.py/linear.py TruncatedNormal(1/√fan_in)"),
     },
     "der": {
         "loss.n_step": (10, "google/dopamine dopamine/labs/atari_100k/configs/DER.gin"),
@@ -183,9 +192,14 @@ PUBLISHED: dict[str, dict[str, tuple[Any, str]]] = {
         "replay.batch_size": (32, "DER.gin"),
         "schedule.update_period": (1, "DER.gin update_period"),
         "schedule.target_update_period": (2_000, "DER.gin target_update_period"),
-        "schedule.epsilon.end": (0.01, "DER.gin epsilon_train"),
-        "schedule.epsilon.steps": (2_000, "DER.gin epsilon_decay_period"),
+        "schedule.epsilon.value": (0.01, "full_rainbow_agent.py identity_epsilon when noisy"),
         "schedule.eval_epsilon": (0.001, "DER.gin epsilon_eval"),
+        "loss.importance_exponent.value": (0.5, "full_rainbow_agent.py 1/sqrt(probs)"),
+        "optimizer.max_grad_norm": (None, "dopamine jax dqn_agent.py create_optimizer"),
+        "network.hidden": ([512], "dopamine/jax/networks.py FullRainbowNetwork 512"),
+        "network.shared_hidden": (True, "dopamine/jax/networks.py FullRainbowNetwork"),
+        "network.torso.padding": ("SAME", "dopamine/jax/networks.py nn.Conv, Flax's default"),
+        "network.init": ("glorot_uniform", "dopamine/jax/networks.py xavier_uniform"),
         "optimizer.learning_rate.value": (1e-4, "DER.gin"),
         "optimizer.eps": (1.5e-4, "DER.gin"),
         "network.noisy": (True, "DER.gin noisy"),
@@ -340,7 +354,6 @@ RECALLED: dict[str, list[str]] = {
         "schedule.eval_epsilon",
     ],
     "r2d2": ["optimizer", "network.torso", "budget"],
-    "der": ["network.hidden", "network.noisy_sigma0", "optimizer.max_grad_norm"],
 }
 
 #: reference series id -> its protocol (the reference package is built on another branch).
@@ -364,6 +377,53 @@ SERIES_PROTOCOL: dict[str, str] = {
     "published/BTR": "dopamine_2018",
     "atari100k/der": "atari_100k",
     "cleanrl/dqn_cartpole": "classic",
+}
+
+#: preset -> the flatten width of its source's torso on its protocol's observation (Atari
+#: [4, 84, 84], MinAtar [4, 10, 10]), read at the level of the layer: Flax's nn.Conv, Haiku's
+#: hk.Conv2D, Sonnet's snt.Conv2D, Keras's Conv2D(padding='same') and slim's conv2d default to
+#: SAME padding (84 → 21 → 11 → 11: 64·11·11 = 7,744); dqn_zoo passes VALID (84 → 20 → 9 → 7:
+#: 3,136), as do purejaxql's convolutions.
+_SAME, _VALID = 7_744, 3_136
+TORSO_FEATURES: dict[str, int] = {
+    # Dopamine's JAX NatureDQNNetwork / FullRainbowNetwork (no padding passed to nn.Conv)
+    **dict.fromkeys(["dqn_adam_mse", "drq_eps", "der"], _SAME),
+    # Dopamine TF (Keras padding='same', munchausen_rl) and microsoft/FQF (slim's default SAME)
+    **dict.fromkeys(["mdqn", "m_iqn", "fqf"], _SAME),
+    # acme's TF AtariTorso: snt.Conv2D's default SAME
+    "r2d2": _SAME,
+    # dqn_zoo/networks.py: padding='VALID'
+    **dict.fromkeys(
+        [
+            "dqn_nature",
+            "double_dqn_tuned",
+            "prioritized_ddqn",
+            "c51",
+            "qr_dqn",
+            "rainbow",
+            "iqn",
+        ],
+        _VALID,
+    ),
+    # purejaxql/pqn_atari.py: padding="VALID"; pqn_minatar.py: Conv(16, 3×3, VALID) on 10×10
+    "pqn_atari": _VALID,
+    "pqn_minatar": 16 * 8 * 8,
+    # revisiting_rainbow networks_new.py: nn.Conv(16, (3, 3)), Flax's SAME on 10×10
+    **dict.fromkeys(
+        [
+            "dqn_minatar",
+            "c51_minatar",
+            "qr_dqn_minatar",
+            "rainbow_minatar",
+            "mdqn_minatar",
+        ],
+        16 * 10 * 10,
+    ),
+    "dqn_reg": _VALID,
+    "iqn_minatar": 16 * 10 * 10,
+    "munchausen_qr_dqn_minatar": 16 * 10 * 10,
+    # BTR's ImpalaCNNLargeIQN: 64 channels, AdaptiveMaxPool2d((6, 6))
+    "btr": 64 * 6 * 6,
 }
 
 PAPER_PRESETS = [
@@ -444,7 +504,15 @@ def test_preset_validates_and_builds(name):
         num_actions=6,
         key=jax.random.key(0),
     )
-    assert net is not None
+    features = eqx.filter_eval_shape(
+        lambda torso, x: torso(x), net.torso, jax.ShapeDtypeStruct(observation_shape, jnp.float32)
+    )
+    assert features.shape == (TORSO_FEATURES.get(name, features.shape[0]),), (
+        f"{name}: the torso gives {features.shape[0]} features, its source "
+        f"{TORSO_FEATURES.get(name)}"
+    )
+    if protocol.suite in ("atari", "minatar"):
+        assert name in TORSO_FEATURES, f"{name}: add its source's flatten width to TORSO_FEATURES"
 
 
 @pytest.mark.parametrize("name", PAPER_PRESETS)

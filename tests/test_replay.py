@@ -941,3 +941,23 @@ def fill_more(replay, state, streams, start, stop):
     for t in range(start, stop):
         state = add(state, step_batch(streams, t))
     return state
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_stacks_before_an_episode_start_hold_zeros_or_its_first_frame(repeat):
+    """Hand-worked: one env, frame value = slot + 1, an episode starting at slot 2. The stack
+    of slot 3 is ``[0, 0, 3, 4]`` (dqn_zoo and Dopamine pad with zeros) or, with the protocol's
+    ``game_start_stack: repeat``, ``[3, 3, 3, 4]`` (envpool's and gymnasium's FrameStack)."""
+    from zoo.replay import stacked_frames
+
+    frames = jnp.arange(1, 9, dtype=jnp.uint8).reshape(1, 8, 1, 1)
+    first = jnp.zeros((1, 8), bool).at[0, 2].set(True)
+    got = [
+        np.asarray(
+            stacked_frames(frames, first, jnp.array(0), jnp.array(slot), 4, repeat=repeat)
+        ).ravel()
+        for slot in (2, 3, 5, 6)
+    ]
+    pad = [3, 3, 3] if repeat else [0, 0, 0]
+    expected = [[*pad, 3], [*pad[:2], 3, 4], [3, 4, 5, 6], [4, 5, 6, 7]]
+    assert [g.tolist() for g in got] == expected

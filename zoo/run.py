@@ -1542,6 +1542,7 @@ def replay_for_env(spec: AlgorithmSpec, env: Any, core_state: Any = None) -> Any
         observation_dtype=env.observation_dtype,
         stack=env.stack,
         core_state=core_state,
+        repeat_first_frame=env.game_start_stack == "repeat",
     )
 
 

@@ -10,8 +10,9 @@
     tracker = ze.EpisodeTracker(env.num_envs)   # game returns (unclipped) for logging
     result = ze.evaluate(policy, "Breakout-v5", "nature_2015", episodes=10, seed=1)
 
-- :class:`Protocol` / :func:`get_protocol`: ``nature_2015``, ``dopamine_2018``, ``machado_2018``,
-  ``atari_100k``, ``r2d2_2019``, ``classic``, ``minatar`` (see :mod:`zoo.envs.protocols` for each
+- :class:`Protocol` / :func:`get_protocol`: ``nature_2015``, ``purejaxql_atari``,
+  ``dopamine_2018``, ``machado_2018``, ``atari_100k``, ``r2d2_2019``, ``classic``, ``minatar``,
+  ``gymnax_minatar`` (see :mod:`zoo.envs.protocols` for each
   value's source, and ``docs/protocols.md`` for every Atari setting beside its source's).
 - :func:`make` → :class:`VectorEnv` (:mod:`zoo.envs.factory` says which backend runs which id).
 - :class:`TimeStep`: ``observation``, ``reward`` (clipped in training), ``raw_reward``,

@@ -127,12 +127,15 @@ class TimeStepRules(NamedTuple):
       life_loss_terminal: a drop in lives sets ``terminated`` (training under such a protocol).
       life_loss_resets_stack: a drop in lives sets ``first`` and restarts the frame stack.
       stack: frames stacked along observation axis 0 (1: no stack, nothing to pad).
+      repeat_first_frame: the stack's slots older than the agent's episode hold the episode's
+        first frame (the protocol's ``game_start_stack: repeat``), not zeros.
     """
 
     reward_clip: float | None
     life_loss_terminal: bool
     life_loss_resets_stack: bool
     stack: int
+    repeat_first_frame: bool = False
 
 
 def state_before_reset(xp: Any, raw: RawStep) -> EnvState:
@@ -162,7 +165,8 @@ def finish_timestep(
       ``life_loss_terminal`` that step is ``terminated`` (discount 0) while the game goes on;
       with ``life_loss_resets_stack`` its observation is ``first`` (unless the game ended).
     - Frames of the stack older than the agent's episode are zeros (dqn_zoo and Dopamine pad
-      with zeros; envpool repeats the game's first frame).
+      with zeros), or with ``repeat_first_frame`` the episode's first frame (envpool's own stack
+      at a game start, gymnasium's ``FrameStack``).
     """
     raw_reward = raw.reward.astype(xp.float32)
     clip = rules.reward_clip
@@ -179,10 +183,15 @@ def finish_timestep(
         first = first | (lost & xp.logical_not(game_over))
     age = xp.where(first, 0, xp.minimum(state.age + 1, rules.stack - 1)).astype(xp.int32)
     observation = raw.observation
-    if rules.stack > 1:  # zero the frames older than the agent's episode
-        keep = xp.arange(rules.stack) >= (rules.stack - 1 - age)[:, None]
-        keep = keep.reshape(*keep.shape, *([1] * (observation.ndim - 2)))
-        observation = xp.where(keep, observation, xp.zeros((), observation.dtype))
+    if rules.stack > 1:  # fill the slots older than the agent's episode
+        oldest = (rules.stack - 1 - age)[:, None]  # the slot of the episode's first frame
+        if rules.repeat_first_frame:
+            slots = xp.maximum(xp.arange(rules.stack)[None, :], oldest)
+            observation = observation[xp.arange(observation.shape[0])[:, None], slots]
+        else:
+            keep = xp.arange(rules.stack) >= oldest
+            keep = keep.reshape(*keep.shape, *([1] * (observation.ndim - 2)))
+            observation = xp.where(keep, observation, xp.zeros((), observation.dtype))
     timestep = TimeStep(
         observation=observation,
         reward=reward,
@@ -275,6 +284,7 @@ class VectorEnv:
         self.num_actions = int(backend.num_actions)
         self.frame_skip = protocol.frame_skip
         self.stack = protocol.stack
+        self.game_start_stack = protocol.game_start_stack
         self.is_image = len(self.observation_shape) == 3
         self.max_episode_steps = backend.max_episode_steps
         self._rules = TimeStepRules(
@@ -282,6 +292,7 @@ class VectorEnv:
             life_loss_terminal=protocol.life_loss_terminates(training),
             life_loss_resets_stack=protocol.life_loss_resets_stack,
             stack=self.stack if self.is_image else 1,
+            repeat_first_frame=protocol.game_start_stack == "repeat",
         )
         self._state: EnvState | None = None
         self._closed = False

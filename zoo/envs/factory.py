@@ -220,7 +220,7 @@ def make(
             f"{info.env_id!r} is a {info.suite} environment; its protocols: {', '.join(usable)}"
         )
     if info.backend == "envpool":
-        kwargs = {**resolved.envpool_kwargs(training), **(env_kwargs or {})}
+        kwargs = {**resolved.envpool_kwargs(training, info.env_id), **(env_kwargs or {})}
         if kwargs.get("episodic_life") or kwargs.get("zero_discount_on_life_loss"):
             raise ValueError(
                 "envpool's episodic_life and zero_discount_on_life_loss are not used: zoo reads "
@@ -231,7 +231,7 @@ def make(
             info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs
         )
     else:
-        kwargs = {**resolved.gymnasium_kwargs(training), **(env_kwargs or {})}
+        kwargs = {**resolved.gymnasium_kwargs(training, info.env_id), **(env_kwargs or {})}
         env_backend = GymnasiumBackend(
             info.env_id,
             num_envs=num_envs,

@@ -41,6 +41,12 @@ Tags: [V] checked in a source file, [R] recalled from the paper and not checked 
   repeat 4 with max-pooling, 84×84 gray, 108,000 frames per episode, 30 no-op starts and the
   minimal action set (the common ALE setting of the paper's baselines), greedy evaluation (acme
   ``evaluation_epsilon=0`` [V]).
+- ``purejaxql_atari``: the envpool environment of purejaxql's PQN (Gallici et al. 2024,
+  "Simplifying Deep Temporal Difference Learning", https://arxiv.org/abs/2407.04811;
+  mttga/purejaxql ``config/alg/pqn_atari.yaml`` on envpool 0.8.4) [V]: ``nature_2015``'s settings
+  with envpool's defaults that purejaxql keeps: FIRE after each reset (``use_fire_reset``) and the
+  game's first frame in every slot of the stack at a game start. Its life-loss reset step
+  (``episodic_life``) is the one named difference.
 - ``classic``: classic control (CartPole, Acrobot, MountainCar, ...) and any other gymnasium
   environment: the environment's own dynamics and time limit, no reward clipping, greedy evaluation.
 - ``minatar``: MinAtar (Young & Tian 2019, "MinAtar: An Atari-Inspired Testbed for Thorough and
@@ -50,6 +56,10 @@ Tags: [V] checked in a source file, [R] recalled from the paper and not checked 
   ``minatar.Environment`` with all ``num_actions() = 6`` actions [V]),
   no frame skip or stack, no episode cap, rewards are already 0/1 (no clipping). The paper reports
   training returns and has no evaluation ε; greedy evaluation (ε = 0) is this project's choice.
+- ``gymnax_minatar``: MinAtar with the settings of gymnax 0.0.6's JAX ports (RobertTLange/gymnax
+  ``gymnax/environments/minatar/*.py``), which purejaxql's PQN trains on [V]: no sticky actions,
+  the minimal action set (Asterix 5, Breakout 3, Freeway 3, Space Invaders 4, Seaquest 6) and
+  1,000 steps per episode (Freeway 2,500); the games themselves are the MinAtar package's.
 
 envpool specifics (envpool 1.2.5; ``envpool/atari/atari_env.h`` of sail-sg/envpool [V]): envpool
 always max-pools the last two of the skipped frames, so every Atari protocol has
@@ -88,7 +98,6 @@ Suite = Literal["atari", "classic", "minatar"]
 #: with the source in :attr:`Protocol.source_settings`.
 ASPECTS: Mapping[str, str] = MappingProxyType(
     {
-        "game_start_stack": "what the frame stack holds before a game's (or life's) first frames",
         "frame_preprocessing": "how a frame is grayscaled, pooled and resized",
         "frame_skip_at_life_loss": "whether the action repeat stops at the frame a life is lost",
         "truncation": "what the transition cut by the episode cap bootstraps from",
@@ -109,6 +118,7 @@ _ATARI_FIELDS = (
     "frame_shape",
     "grayscale",
     "stack",
+    "game_start_stack",
     "max_episode_frames",
     "reward_clip",
     "eval_epsilon",
@@ -165,10 +175,16 @@ class Protocol:
       max_pool: the observation is the pixel-wise max of the last two skipped frames.
       frame_shape: ``(height, width)`` of each preprocessed frame, or ``None`` for non-pixel suites.
       grayscale: frames are converted to luminance.
-      stack: frames stacked along observation axis 0 (1 for no stacking); before a game's first
-        frames (and a life's, with ``life_loss_resets_stack``) the stack holds zeros.
+      stack: frames stacked along observation axis 0 (1 for no stacking).
+      game_start_stack: what the stack holds before a game's first frames (and a life's, with
+        ``life_loss_resets_stack``): ``zeros`` (dqn_zoo's and Dopamine's agents) or ``repeat``,
+        the episode's first frame in every older slot (envpool's own stack, gymnasium's
+        ``FrameStack``).
       max_episode_frames: a game is truncated after this many *frames* (agent steps × frame skip);
         ``None`` keeps the environment's own time limit.
+      game_episode_frames: ``(game, frames)`` pairs that replace ``max_episode_frames`` for the
+        named games (the game as in the environment id, e.g. ``Freeway`` of
+        ``MinAtar/Freeway-v1``); empty for none.
       reward_clip: the training reward is clipped to ``±reward_clip`` at insertion; ``None`` for no
         clipping. Evaluation returns are always unclipped.
       eval_epsilon: ε of the ε-greedy evaluation policy (a preset's ``schedule.eval_epsilon``
@@ -192,7 +208,9 @@ class Protocol:
     frame_shape: tuple[int, int] | None
     grayscale: bool
     stack: int
+    game_start_stack: Literal["zeros", "repeat"]
     max_episode_frames: int | None
+    game_episode_frames: tuple[tuple[str, int], ...]
     reward_clip: float | None
     eval_epsilon: float
     sources: tuple[str, ...]
@@ -208,6 +226,14 @@ class Protocol:
             problems.append(f"noop_max={self.noop_max} is negative")
         if self.frame_skip < 1 or self.stack < 1:
             problems.append("frame_skip and stack must be at least 1")
+        if self.game_start_stack not in ("zeros", "repeat"):
+            problems.append(f"game_start_stack={self.game_start_stack!r} is not zeros or repeat")
+        for game, frames in self.game_episode_frames:
+            if frames < 1 or frames % self.frame_skip:
+                problems.append(
+                    f"game_episode_frames of {game}: {frames} is not a positive multiple of "
+                    f"frame_skip={self.frame_skip}"
+                )
         if self.reward_clip is not None and self.reward_clip <= 0:
             problems.append(f"reward_clip={self.reward_clip} must be positive or None")
         if self.max_episode_frames is not None and self.max_episode_frames % self.frame_skip:
@@ -257,6 +283,15 @@ class Protocol:
             return None
         return self.max_episode_frames // self.frame_skip
 
+    def episode_steps_for(self, env_id: str) -> int | None:
+        """The episode cap of ``env_id`` in agent steps: its game's entry of
+        :attr:`game_episode_frames`, else :attr:`max_episode_steps`."""
+        game = env_id.rsplit("/", 1)[-1].split("-", 1)[0].lower()
+        for name, frames in self.game_episode_frames:
+            if name.lower() == game:
+                return frames // self.frame_skip
+        return self.max_episode_steps
+
     @property
     def differences(self) -> tuple[str, ...]:
         """The settings (fields or aspects) where zoo does not do what the source does."""
@@ -270,7 +305,7 @@ class Protocol:
         """The clip of ``TimeStep.reward``: the protocol's in training, none in evaluation."""
         return self.reward_clip if training else None
 
-    def envpool_kwargs(self, training: bool) -> dict[str, Any]:
+    def envpool_kwargs(self, training: bool, env_id: str = "") -> dict[str, Any]:
         """Keyword arguments of ``envpool.make`` for this protocol, every setting explicit.
 
         Training and evaluation use the same envpool settings: life loss and reward clipping are
@@ -281,10 +316,11 @@ class Protocol:
           ValueError: for a suite that envpool does not run (``minatar``).
         """
         del training  # envpool's episodic_life is never used (see the module docstring)
+        cap = self.episode_steps_for(env_id)
         if self.suite == "classic":
             kwargs: dict[str, Any] = {}
-            if self.max_episode_steps is not None:
-                kwargs["max_episode_steps"] = self.max_episode_steps
+            if cap is not None:
+                kwargs["max_episode_steps"] = cap
             return kwargs
         if self.suite != "atari":
             raise ValueError(f"protocol {self.name!r} ({self.suite}) does not run on envpool")
@@ -304,11 +340,12 @@ class Protocol:
             "gray_scale": self.grayscale,
             "use_inter_area_resize": True,
             "reward_clip": False,  # zoo clips, keeping TimeStep.raw_reward unclipped
-            "max_episode_steps": self.max_episode_steps,
+            "max_episode_steps": cap,
         }
 
-    def gymnasium_kwargs(self, training: bool) -> dict[str, Any]:
-        """Keyword arguments of ``gymnasium.make`` for this protocol (``training`` is unused)."""
+    def gymnasium_kwargs(self, training: bool, env_id: str = "") -> dict[str, Any]:
+        """Keyword arguments of ``gymnasium.make`` for this protocol (``training`` is unused);
+        ``env_id`` picks its game's episode cap (:meth:`episode_steps_for`)."""
         del training  # no gymnasium suite differs between training and evaluation
         kwargs: dict[str, Any] = {}
         if self.suite == "minatar":
@@ -316,8 +353,9 @@ class Protocol:
             kwargs["use_minimal_action_set"] = not self.full_action_set
         elif self.suite == "atari":
             raise ValueError(f"protocol {self.name!r} runs Atari on envpool, not gymnasium")
-        if self.max_episode_steps is not None:
-            kwargs["max_episode_steps"] = self.max_episode_steps
+        cap = self.episode_steps_for(env_id)
+        if cap is not None:
+            kwargs["max_episode_steps"] = cap
         return kwargs
 
     def to_dict(self) -> dict[str, Any]:
@@ -333,9 +371,13 @@ class Protocol:
             f" noop_max={self.noop_max} life_loss_terminal={self.life_loss_terminal}"
             f" life_loss_resets_stack={self.life_loss_resets_stack}",
             f"  frame_skip={self.frame_skip} frame_shape={frames} stack={self.stack}"
+            f" game_start_stack={self.game_start_stack} fire_reset={self.fire_reset}"
             f" max_episode_frames={self.max_episode_frames} reward_clip={self.reward_clip}"
             f" eval_epsilon={self.eval_epsilon}",
         ]
+        if self.game_episode_frames:
+            caps = ", ".join(f"{game} {frames:,}" for game, frames in self.game_episode_frames)
+            lines.append(f"  max_episode_frames by game: {caps}")
         if self.differences:
             lines.append(
                 "  differs from its source in: "
@@ -697,6 +739,91 @@ def _r2d2_settings() -> tuple[SourceSetting, ...]:
     )
 
 
+def _purejaxql_atari_settings() -> tuple[SourceSetting, ...]:
+    """purejaxql's PQN Atari environment: envpool 0.8.4 with its config's ENV_KWARGS."""
+    S = SourceSetting
+    config = "mttga/purejaxql purejaxql/config/alg/pqn_atari.yaml (ENV_KWARGS)"
+    make = "mttga/purejaxql purejaxql/pqn_atari.py (make_env: envpool.make(**ENV_KWARGS))"
+    envpool = _ENVPOOL + " (0.8.4, pinned in purejaxql's pyproject.toml)"
+    return (
+        S("sticky_action_prob", "0 (repeat_action_probability 0.)", config),
+        S("full_action_set", "minimal set (envpool's full_action_space default False)", make),
+        S(
+            "noop_max",
+            "noop_max 30: 1–30 no-op frames at each reset, one fewer when FIRE follows "
+            "(dist_noop_ + 1 − fire_reset_)",
+            config + "; " + envpool,
+            zoo_value="the same envpool call (noop_max=30 with use_fire_reset)",
+        ),
+        S(
+            "life_loss_terminal",
+            "episodic_life True: the step that loses a life is `done`, which purejaxql treats as "
+            "terminal; the next step is envpool's reset step (its action dropped), which plays "
+            "0–29 no-op frames and FIRE without resetting the game, and purejaxql trains on it",
+            config + "; " + envpool + " (Reset with episodic_life_)",
+            matches=False,
+            zoo_value="discount 0 on the step where lives drop; the game goes on at the next "
+            "agent step, with no extra step, no-ops or FIRE",
+        ),
+        S(
+            "life_loss_resets_stack",
+            "no: envpool's reset after a lost life pushes one frame (push_all only at a game "
+            "reset)",
+            envpool + " (Reset: PushStack(push_all, …))",
+        ),
+        S(
+            "fire_reset",
+            "FIRE after each reset on games whose minimal set has it (use_fire_reset's default "
+            "True, which purejaxql leaves as it is)",
+            envpool + " (use_fire_reset)",
+        ),
+        S("frame_skip", "4 (frame_skip 4)", config),
+        S("max_pool", "max over the last 2 frames of each repeat", envpool),
+        S("frame_shape", "84×84 (envpool's img_height/img_width defaults)", envpool),
+        S("grayscale", "yes (envpool's gray_scale default)", envpool),
+        S("stack", "4 (envpool's stack_num default)", envpool),
+        S(
+            "game_start_stack",
+            "the game's first frame in every slot: [f₀, f₀, f₀, f₀], [f₀, f₀, f₀, f₁], … "
+            "(PushStack with push_all at a game reset)",
+            envpool + " (PushStack)",
+            zoo_value="repeat: [f₀, f₀, f₀, f₀], [f₀, f₀, f₀, f₁], …",
+        ),
+        S("frame_preprocessing", _ENVPOOL_FRAMES, envpool, zoo_value=_ENVPOOL_FRAMES),
+        S(
+            "frame_skip_at_life_loss",
+            "all 4 frames are played (the repeat stops only at a game over)",
+            envpool + " (Step)",
+            zoo_value=_ALL_FRAMES,
+        ),
+        S(
+            "max_episode_frames",
+            "108,000 frames (envpool's max_episode_steps default 27,000 agent steps)",
+            envpool,
+        ),
+        S(
+            "truncation",
+            "the capped step is `done`, terminal to purejaxql (one done flag)",
+            "mttga/purejaxql purejaxql/pqn_atari.py (_compute_targets)",
+            zoo_value="truncated (the PQN presets set rollout.truncation: terminal, as purejaxql)",
+        ),
+        S("reward_clip", "±1 (reward_clip True)", config),
+        S(
+            "eval_epsilon",
+            "0 (EPS_TEST)",
+            "mttga/purejaxql purejaxql/config/alg/pqn_atari.yaml",
+        ),
+        S(
+            "evaluation",
+            "TEST_ENVS 8 extra environments of the training pool act greedily all along; the "
+            "returns of the games they finish are logged",
+            "mttga/purejaxql purejaxql/pqn_atari.py",
+            matches=False,
+            zoo_value="--eval-episodes whole games every --eval-every transitions",
+        ),
+    )
+
+
 #: The frame processing every Atari protocol shares (each states the rest itself).
 _ATARI_FRAMES: dict[str, Any] = {
     "frame_skip": 4,
@@ -704,6 +831,7 @@ _ATARI_FRAMES: dict[str, Any] = {
     "frame_shape": (84, 84),
     "grayscale": True,
     "max_episode_frames": 108_000,
+    "game_episode_frames": (),
 }
 
 #: No Atari processing at all: what the classic and MinAtar protocols share.
@@ -717,7 +845,9 @@ _NO_PREPROCESSING: dict[str, Any] = {
     "frame_shape": None,
     "grayscale": False,
     "stack": 1,
+    "game_start_stack": "zeros",
     "max_episode_frames": None,
+    "game_episode_frames": (),
     "reward_clip": None,
 }
 
@@ -734,6 +864,7 @@ _DOPAMINE_2018 = Protocol(
     fire_reset=False,
     **_ATARI_FRAMES,
     stack=4,
+    game_start_stack="zeros",
     reward_clip=1.0,
     eval_epsilon=0.001,
     sources=(
@@ -758,6 +889,7 @@ _PROTOCOLS = (
         fire_reset=False,
         **_ATARI_FRAMES,
         stack=4,
+        game_start_stack="zeros",
         reward_clip=1.0,
         eval_epsilon=0.05,
         sources=(
@@ -766,6 +898,30 @@ _PROTOCOLS = (
             "dqn/run_atari.py [V]",
         ),
         source_settings=_dqn_zoo_settings(),
+    ),
+    Protocol(
+        name="purejaxql_atari",
+        suite="atari",
+        description="purejaxql's PQN Atari environment (Gallici et al. 2024): envpool 0.8.4 with "
+        "FIRE at reset, no-op starts, a lost life terminal, the first frame repeated in the "
+        "stack, no sticky actions",
+        sticky_action_prob=0.0,
+        full_action_set=False,
+        noop_max=30,
+        life_loss_terminal=True,
+        life_loss_resets_stack=False,
+        fire_reset=True,
+        **_ATARI_FRAMES,
+        stack=4,
+        game_start_stack="repeat",
+        reward_clip=1.0,
+        eval_epsilon=0.0,
+        sources=(
+            "Gallici et al. 2024, https://arxiv.org/abs/2407.04811",
+            "mttga/purejaxql purejaxql/config/alg/pqn_atari.yaml, purejaxql/pqn_atari.py; "
+            "sail-sg/envpool envpool/atari/atari_env.h (0.8.4) [V]",
+        ),
+        source_settings=_purejaxql_atari_settings(),
     ),
     _DOPAMINE_2018,
     replace(
@@ -794,6 +950,7 @@ _PROTOCOLS = (
         fire_reset=False,
         **_ATARI_FRAMES,
         stack=4,
+        game_start_stack="zeros",
         reward_clip=1.0,
         eval_epsilon=0.001,
         sources=(
@@ -817,6 +974,7 @@ _PROTOCOLS = (
         fire_reset=False,
         **_ATARI_FRAMES,
         stack=1,  # [R] the LSTM replaces the frame stack
+        game_start_stack="zeros",  # no stack to fill
         reward_clip=None,  # [V] acme r2d2 clip_rewards=False
         eval_epsilon=0.0,  # [V] acme r2d2 evaluation_epsilon=0
         sources=(
@@ -855,6 +1013,28 @@ _PROTOCOLS = (
             "JohanSamir/revisiting_rainbow revisiting_rainbow/minatar_env.py "
             "(minatar.Environment(env_name) with its defaults, all num_actions() = 6 actions) [V]; "
             "Configs/*.gin (max_steps_per_episode 1e8: no cap, stack_size 1) [V]",
+        ),
+        source_settings=(),
+    ),
+    Protocol(
+        name="gymnax_minatar",
+        suite="minatar",
+        description="MinAtar with gymnax's settings (purejaxql's PQN MinAtar environment): no "
+        "sticky actions, the minimal action set, 1,000 steps per episode (Freeway 2,500); the "
+        "games are the MinAtar package's, not gymnax's JAX ports",
+        sticky_action_prob=0.0,  # [V] gymnax's MinAtar ports have no sticky actions
+        full_action_set=False,  # [V] use_minimal_action_set=True (Asterix: 5 actions)
+        **{
+            **_NO_PREPROCESSING,
+            "max_episode_frames": 1_000,  # [V] EnvParams.max_steps_in_episode (frame_skip 1)
+            "game_episode_frames": (("Freeway", 2_500),),  # [V] freeway.py
+        },
+        eval_epsilon=0.0,  # [V] purejaxql pqn_minatar.yaml EPS_TEST 0
+        sources=(
+            "Lange 2022, gymnax, https://github.com/RobertTLange/gymnax (0.0.6, pinned by "
+            "purejaxql): gymnax/environments/minatar/*.py (EnvParams.max_steps_in_episode 1000, "
+            "Freeway 2500; use_minimal_action_set=True; no sticky actions) [V]",
+            "mttga/purejaxql purejaxql/pqn_minatar.py (gymnax.make(ENV_NAME)) [V]",
         ),
         source_settings=(),
     ),

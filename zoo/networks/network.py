@@ -33,7 +33,7 @@ from zoo import registry
 from zoo.networks.cores import AbstractCore
 from zoo.networks.heads import AbstractHead, Role
 from zoo.networks.layers import MLP
-from zoo.networks.torsos import glorot_uniform
+from zoo.networks.torsos import initialise
 from zoo.types import NetworkOutput
 
 __all__ = [
@@ -44,7 +44,8 @@ __all__ = [
     "apply_batch",
     "build_network",
     "example_keys",
-    "glorot_uniform_everywhere",
+    "initialise_everywhere",
+    "initialise_outputs",
     "preprocess",
 ]
 
@@ -102,6 +103,11 @@ class SingleStream(eqx.Module):
     ) -> Float[Array, "actions outputs"]:
         return self.mlp(x, key=key).reshape(self.num_actions, self.num_outputs)
 
+    @staticmethod
+    def output_layers(streams: SingleStream) -> tuple[eqx.Module, ...]:
+        """The output layer (for ``eqx.tree_at``)."""
+        return (streams.mlp.layers[-1],)
+
 
 @typing.final
 class DuelingStreams(eqx.Module):
@@ -109,18 +115,22 @@ class DuelingStreams(eqx.Module):
     Reinforcement Learning", https://arxiv.org/abs/1511.06581, equation 9):
 
     ``out[a, :] = V[:] + A[a, :] − mean_a' A[a', :]``, applied per atom or quantile for
-    distributional heads as in Rainbow. The value and the advantage streams each have their own copy
-    of the hidden layers.
+    distributional heads as in Rainbow. By default the value and the advantage streams each have
+    their own copy of the hidden layers (the paper's, dqn_zoo's and Acme's); with
+    ``shared_hidden`` the hidden layers are one trunk whose output both streams' output layers
+    read (Dopamine's ``FullRainbowNetwork``, behind DER and DrQ(ε)).
 
     Attributes:
-      value: hidden layers then ``N`` outputs.
-      advantage: hidden layers then ``A·N`` outputs.
+      trunk: the shared hidden layers (every one followed by a ReLU), or ``None``.
+      value: (the hidden layers, unless shared, then) ``N`` outputs.
+      advantage: (the hidden layers, unless shared, then) ``A·N`` outputs.
     """
 
     value: MLP
     advantage: MLP
     num_actions: int = eqx.field(static=True)
     num_outputs: int = eqx.field(static=True)
+    trunk: MLP | None = None
 
     def __init__(
         self,
@@ -132,12 +142,27 @@ class DuelingStreams(eqx.Module):
         noisy: bool = False,
         sigma0: float = 0.5,
         norm: bool = False,
+        shared_hidden: bool = False,
         key: PRNGKeyArray,
     ):
-        vkey, akey = jax.random.split(key)
-        kwargs = {"activate_final": False, "noisy": noisy, "sigma0": sigma0, "norm": norm}
-        self.value = MLP(in_features, [*hidden, num_outputs], key=vkey, **kwargs)
-        self.advantage = MLP(in_features, [*hidden, num_actions * num_outputs], key=akey, **kwargs)
+        kwargs = {"noisy": noisy, "sigma0": sigma0, "norm": norm}
+        if shared_hidden:
+            tkey, vkey, akey = jax.random.split(key, 3)
+            self.trunk = MLP(in_features, list(hidden), activate_final=True, key=tkey, **kwargs)
+            in_features, hidden = (list(hidden)[-1] if hidden else in_features), []
+        else:
+            vkey, akey = jax.random.split(key)
+            self.trunk = None
+        self.value = MLP(
+            in_features, [*hidden, num_outputs], activate_final=False, key=vkey, **kwargs
+        )
+        self.advantage = MLP(
+            in_features,
+            [*hidden, num_actions * num_outputs],
+            activate_final=False,
+            key=akey,
+            **kwargs,
+        )
         self.num_actions = num_actions
         self.num_outputs = num_outputs
 
@@ -145,6 +170,9 @@ class DuelingStreams(eqx.Module):
         self, x: Float[Array, " features"], *, key: PRNGKeyArray | None = None
     ) -> tuple[Float[Array, " outputs"], Float[Array, "actions outputs"]]:
         """The raw streams ``(V [N], A [A, N])`` before they are combined."""
+        if self.trunk is not None:
+            key, tkey = _split(key, 2)
+            x = self.trunk(x, key=tkey)
         vkey, akey = _split(key, 2)
         value = self.value(x, key=vkey)
         advantage = self.advantage(x, key=akey).reshape(self.num_actions, self.num_outputs)
@@ -155,6 +183,11 @@ class DuelingStreams(eqx.Module):
     ) -> Float[Array, "actions outputs"]:
         value, advantage = self.streams(x, key=key)
         return value[None, :] + advantage - jnp.mean(advantage, axis=0, keepdims=True)
+
+    @staticmethod
+    def output_layers(streams: DuelingStreams) -> tuple[eqx.Module, ...]:
+        """The output layers of the value and the advantage stream (for ``eqx.tree_at``)."""
+        return (streams.value.layers[-1], streams.advantage.layers[-1])
 
 
 @typing.final
@@ -410,25 +443,39 @@ def build_network(
     head = registry.get("head", config.head.kind)(
         config.head, features=features, key=jax.random.fold_in(key, 2)
     )
-    stream_cls = DuelingStreams if config.dueling else SingleStream
-    streams = stream_cls(
-        features,
+    layout = (
+        int(features),
         [int(h) for h in (config.hidden or ())],
         int(num_actions),
         head.num_outputs,
-        noisy=bool(config.noisy),
-        sigma0=float(config.noisy_sigma0),
-        norm=getattr(config, "norm", "none") == "layer_norm",
-        key=stream_key,
     )
-    network = (
+    options = {
+        "noisy": bool(config.noisy),
+        "sigma0": float(config.noisy_sigma0),
+        "norm": getattr(config, "norm", "none") == "layer_norm",
+        "key": stream_key,
+    }
+    streams = (
+        DuelingStreams(
+            *layout, shared_hidden=bool(getattr(config, "shared_hidden", False)), **options
+        )
+        if config.dueling
+        else SingleStream(*layout, **options)
+    )
+    built = network = (
         FeedForwardNetwork(torso, streams, head)
         if core is None
         else RecurrentNetwork(torso, core, streams, head)
     )
-    if getattr(config, "init", "default") == "glorot_uniform":
+    init = getattr(config, "init", "default")
+    if init != "default":
         # a key of its own: the default initialisation draws exactly what it drew before
-        network = glorot_uniform_everywhere(network, jax.random.fold_in(key, 1))
+        network = initialise_everywhere(network, jax.random.fold_in(key, 1), init)
+    output_init = getattr(config, "output_init", None)
+    if output_init is not None:
+        network = initialise_outputs(
+            network, jax.random.fold_in(key, 3), output_init, default=built.streams
+        )
     return network
 
 
@@ -436,14 +483,34 @@ def _plain_layer(x: Any) -> bool:
     return isinstance(x, eqx.nn.Linear | eqx.nn.Conv)
 
 
-def glorot_uniform_everywhere(module: M, key: PRNGKeyArray) -> M:
+def initialise_everywhere(module: M, key: PRNGKeyArray, scheme: str) -> M:
     """``module`` with every ``eqx.nn.Linear`` and ``eqx.nn.Conv`` in it re-initialised by
-    :func:`zoo.networks.torsos.glorot_uniform` (Glorot-uniform weights, zero biases), each with
-    its own key; other layers (noisy layers, LSTM cells) are left as they are."""
+    :func:`zoo.networks.torsos.initialise` under ``scheme`` (zero biases), each with its own key;
+    other layers (noisy layers, LSTM cells) are left as they are."""
     layers = [x for x in jax.tree_util.tree_leaves(module, is_leaf=_plain_layer) if _plain_layer(x)]
     keys = iter(jax.random.split(key, max(len(layers), 1)))
     return jax.tree_util.tree_map(
-        lambda x: glorot_uniform(x, next(keys)) if _plain_layer(x) else x,
+        lambda x: initialise(x, next(keys), scheme) if _plain_layer(x) else x,
         module,
         is_leaf=_plain_layer,
     )
+
+
+def initialise_outputs(
+    network: FeedForwardNetwork | RecurrentNetwork,
+    key: PRNGKeyArray,
+    scheme: str,
+    *,
+    default: SingleStream | DuelingStreams,
+) -> FeedForwardNetwork | RecurrentNetwork:
+    """``network`` with its output layer(s) (each stream's last) under ``scheme``; ``default``
+    (the streams as built, before any re-initialisation) gives them back for ``scheme="default"``.
+    Noisy output layers are refused by the spec (``network.output_init``)."""
+    where = type(network.streams).output_layers
+    current = where(network.streams)
+    if scheme == "default":
+        new = where(default)
+    else:
+        keys = jax.random.split(key, len(current))
+        new = tuple(initialise(layer, k, scheme) for layer, k in zip(current, keys, strict=True))
+    return eqx.tree_at(lambda n: where(n.streams), network, new)

@@ -43,6 +43,8 @@ from zoo.networks.layers import (
 from zoo.registry import register
 
 __all__ = [
+    "INITIALISERS",
+    "MAX_POOL_PADDINGS",
     "ImpalaCNN",
     "ImpalaResidualBlock",
     "ImpalaStack",
@@ -50,7 +52,10 @@ __all__ = [
     "MinAtarCNN",
     "NatureCNN",
     "auto_torso",
+    "glorot_uniform",
     "impala_cnn_torso",
+    "initialise",
+    "max_pool_3x3_stride_2",
     "minatar_cnn_torso",
     "mlp_torso",
     "nature_cnn_torso",
@@ -79,8 +84,11 @@ class NatureCNN(eqx.Module):
     reinforcement learning", https://doi.org/10.1038/nature14236).
 
     ``conv 32×8×8 stride 4 → ReLU → conv 64×4×4 stride 2 → ReLU → conv 64×3×3 stride 1 → ReLU →
-    flatten``, with VALID padding: ``[4, 84, 84] → [64, 7, 7] → 3136`` features. The paper's
-    fully connected 512-unit layer is not part of the torso; it is ``network.hidden: [512]``.
+    flatten``. With VALID padding (the paper's, dqn_zoo's) ``[4, 84, 84] → [64, 7, 7] → 3136``
+    features; with SAME padding, which Dopamine's Flax networks and Acme's Haiku ``AtariTorso``
+    inherit from their frameworks, ``[4, 84, 84] → [32, 21, 21] → [64, 11, 11] → [64, 11, 11] →
+    7744``. The paper's fully connected 512-unit layer is not part of the torso; it is
+    ``network.hidden: [512]``.
 
     With ``norm: layer_norm`` each convolution is followed by a layer normalisation over its
     channels (:class:`~zoo.networks.layers.ChannelLayerNorm`) before the ReLU, as purejaxql's
@@ -119,20 +127,37 @@ class ImpalaResidualBlock(eqx.Module):
         return x + y
 
 
-def _max_pool_same(x: Float[Array, "c h w"]) -> Float[Array, "c h2 w2"]:
-    """3×3 max pooling with stride 2 and TensorFlow's SAME padding (the IMPALA reference's)."""
-    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3), (1, 2, 2), "SAME")
+#: The paddings of the IMPALA stacks' 3×3 stride-2 max pooling, as ``lax.reduce_window`` takes
+#: them: ``same`` is TensorFlow's SAME (the IMPALA reference's and Flax's ``nn.max_pool``; on an
+#: even size the one extra cell goes at the end, so output ``i`` covers inputs ``[2i, 2i+2]``);
+#: ``symmetric`` is one cell of −∞ on each side, PyTorch's ``MaxPool2d(3, 2, padding=1)`` (Beyond
+#: The Rainbow's; output ``i`` covers ``[2i−1, 2i+1]``). Both give ``ceil(size / 2)`` outputs.
+MAX_POOL_PADDINGS: dict[str, str | tuple[tuple[int, int], ...]] = {
+    "same": "SAME",
+    "symmetric": ((0, 0), (1, 1), (1, 1)),
+}
+
+
+def max_pool_3x3_stride_2(
+    x: Float[Array, "c h w"], padding: str = "same"
+) -> Float[Array, "c h2 w2"]:
+    """3×3 max pooling with stride 2 under one of :data:`MAX_POOL_PADDINGS`."""
+    return jax.lax.reduce_window(
+        x, -jnp.inf, jax.lax.max, (1, 3, 3), (1, 2, 2), MAX_POOL_PADDINGS[padding]
+    )
 
 
 @typing.final
 class ImpalaStack(eqx.Module):
-    """``conv 3×3 (SAME) → max pool 3×3 stride 2 (SAME) → two residual blocks``."""
+    """``conv 3×3 (SAME) → max pool 3×3 stride 2 → two residual blocks``; the pooling's padding is
+    one of :data:`MAX_POOL_PADDINGS`."""
 
     conv: eqx.nn.Conv2d
     blocks: tuple[ImpalaResidualBlock, ImpalaResidualBlock]
+    pool_padding: str = eqx.field(static=True, default="same")
 
     def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "c2 h2 w2"]:
-        x = _max_pool_same(self.conv(x))
+        x = max_pool_3x3_stride_2(self.conv(x), self.pool_padding)
         for block in self.blocks:
             x = block(x)
         return x
@@ -200,25 +225,62 @@ class MinAtarCNN(eqx.Module):
         return jnp.ravel(jax.nn.relu(x))
 
 
-#: The layers :func:`glorot_uniform` initialises.
-GlorotLayer = typing.TypeVar("GlorotLayer", eqx.nn.Linear, eqx.nn.Conv)
+#: The layers :func:`initialise` sets.
+PlainLayer = typing.TypeVar("PlainLayer", eqx.nn.Linear, eqx.nn.Conv)
+
+#: The named weight initialisations, as Flax names and computes them
+#: (``flax.linen.initializers``; ``jax.nn.initializers`` is the same code). Equinox stores a kernel
+#: as ``[out, in, *window]``: fan_in = in·∏window, fan_out = out·∏window, Flax's own fans of its
+#: ``[*window, in, out]`` kernels.
+INITIALISERS: dict[str, jax.nn.initializers.Initializer] = {
+    # Glorot & Bengio 2010; Flax's xavier_uniform (Dopamine's JAX networks)
+    "glorot_uniform": jax.nn.initializers.variance_scaling(
+        1.0, "fan_avg", "uniform", in_axis=1, out_axis=0
+    ),
+    # He et al. 2015; Flax's he_normal (purejaxql's PQN networks): truncated normal, var 2/fan_in
+    "he_normal": jax.nn.initializers.variance_scaling(
+        2.0, "fan_in", "truncated_normal", in_axis=1, out_axis=0
+    ),
+    # Dopamine's Rainbow, implicit quantile and quantile networks (TF and JAX):
+    # variance_scaling(1/√3, fan_in, uniform) = U(±sqrt(√3 / fan_in))
+    "dopamine_uniform": jax.nn.initializers.variance_scaling(
+        3.0**-0.5, "fan_in", "uniform", in_axis=1, out_axis=0
+    ),
+    # Haiku's and Sonnet's default w_init of linear and convolution layers (Acme's networks):
+    # TruncatedNormal(stddev=1/√fan_in), the normal cut at ±2σ and not rescaled, so the variance
+    # is 0.7737/fan_in; variance_scaling rescales σ by 1/0.8796, hence the scale 0.8796²
+    "truncated_normal": jax.nn.initializers.variance_scaling(
+        0.87962566103423978**2, "fan_in", "truncated_normal", in_axis=1, out_axis=0
+    ),
+    # LeCun et al. 1998; Flax's default kernel_init of nn.Dense and nn.Conv: var 1/fan_in
+    "lecun_normal": jax.nn.initializers.variance_scaling(
+        1.0, "fan_in", "truncated_normal", in_axis=1, out_axis=0
+    ),
+}
 
 
-def glorot_uniform(layer: GlorotLayer, key: PRNGKeyArray) -> GlorotLayer:
-    """``layer`` (an ``eqx.nn.Linear`` or ``eqx.nn.Conv``) with weights
-    ``variance_scaling(1, fan_avg, uniform)`` (Glorot & Bengio 2010) and zero bias: Flax's
-    ``xavier_uniform`` kernel init with its zero bias init, as Dopamine's JAX networks and the
-    Revisiting Rainbow configs use them.
-
-    Equinox stores a kernel as ``[out, in, *window]``: fan_in = in·∏window, fan_out =
-    out·∏window, and the weights are ``U(±sqrt(6 / (fan_in + fan_out)))``.
-    """
-    init = jax.nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=1, out_axis=0)
-    weight = init(key, layer.weight.shape, layer.weight.dtype)
+def initialise(layer: PlainLayer, key: PRNGKeyArray, scheme: str) -> PlainLayer:
+    """``layer`` (an ``eqx.nn.Linear`` or ``eqx.nn.Conv``) with weights drawn by
+    ``INITIALISERS[scheme]`` and a zero bias (Flax's default ``bias_init``); ``scheme="default"``
+    returns the layer as built (Equinox's ``U(±1/sqrt(fan_in))`` weights and biases)."""
+    if scheme == "default":
+        return layer
+    if scheme not in INITIALISERS:
+        raise ValueError(
+            f"unknown initialisation {scheme!r}; known: default, {', '.join(INITIALISERS)}"
+        )
+    weight = INITIALISERS[scheme](key, layer.weight.shape, layer.weight.dtype)
     layer = eqx.tree_at(lambda c: c.weight, layer, weight)
     if layer.bias is not None:
         layer = eqx.tree_at(lambda c: c.bias, layer, jnp.zeros_like(layer.bias))
     return layer
+
+
+def glorot_uniform(layer: PlainLayer, key: PRNGKeyArray) -> PlainLayer:
+    """``layer`` with weights ``variance_scaling(1, fan_avg, uniform)`` (Glorot & Bengio 2010) and
+    zero bias: Flax's ``xavier_uniform`` kernel init with its zero bias init, as Dopamine's JAX
+    networks and the Revisiting Rainbow configs use them: ``U(±sqrt(6 / (fan_in + fan_out)))``."""
+    return initialise(layer, key, "glorot_uniform")
 
 
 def _check_image(observation_shape: tuple[int, ...], name: str) -> None:
@@ -242,14 +304,16 @@ def mlp_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) 
 
 @register("torso", "nature_cnn")
 def nature_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKeyArray) -> NatureCNN:
-    """DQN's three-layer convolutional torso (Mnih et al. 2015); 3136 features at 84×84."""
+    """DQN's three-layer convolutional torso (Mnih et al. 2015) with ``config.padding``
+    (``VALID`` when absent): 3136 features at 84×84, 7744 with ``SAME``."""
     _check_image(observation_shape, "nature_cnn")
     k0, k1, k2 = jax.random.split(key, 3)
     channels = int(observation_shape[0])
+    padding = getattr(config, "padding", "VALID")
     convs = (
-        eqx.nn.Conv2d(channels, 32, kernel_size=8, stride=4, key=k0),
-        eqx.nn.Conv2d(32, 64, kernel_size=4, stride=2, key=k1),
-        eqx.nn.Conv2d(64, 64, kernel_size=3, stride=1, key=k2),
+        eqx.nn.Conv2d(channels, 32, kernel_size=8, stride=4, padding=padding, key=k0),
+        eqx.nn.Conv2d(32, 64, kernel_size=4, stride=2, padding=padding, key=k1),
+        eqx.nn.Conv2d(64, 64, kernel_size=3, stride=1, padding=padding, key=k2),
     )
     norm = getattr(config, "norm", "none") == "layer_norm"
     norms = tuple(ChannelLayerNorm(c.out_channels) for c in convs) if norm else ()
@@ -266,7 +330,8 @@ def impala_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKey
     """IMPALA's residual torso (Espeholt et al. 2018) with ``config.channels`` per stack.
 
     Optional (absent attributes take these defaults, which build the original network):
-    ``config.width`` (1) multiplies every channel count; ``config.pool`` (``None``) is the
+    ``config.width`` (1) multiplies every channel count; ``config.max_pool_padding`` (``same``)
+    is one of :data:`MAX_POOL_PADDINGS`; ``config.pool`` (``None``) is the
     ``[h, w]`` of an adaptive max pooling of the final map; ``config.spectral_norm`` (False)
     wraps both convolutions of every residual block in
     :class:`~zoo.networks.layers.SpectralNorm` with ``config.power_iterations`` iterations.
@@ -278,6 +343,11 @@ def impala_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKey
     pool = None if pool is None else (int(pool[0]), int(pool[1]))
     spectral = bool(getattr(config, "spectral_norm", False))
     iterations = int(getattr(config, "power_iterations", POWER_ITERATIONS))
+    pool_padding = str(getattr(config, "max_pool_padding", "same"))
+    if pool_padding not in MAX_POOL_PADDINGS:
+        raise ValueError(
+            f"unknown max_pool_padding {pool_padding!r}; known: {', '.join(MAX_POOL_PADDINGS)}"
+        )
 
     def residual_conv(c: int, k: PRNGKeyArray) -> eqx.nn.Conv2d | SpectralNorm:
         layer = _conv3x3(c, c, k)
@@ -294,7 +364,9 @@ def impala_cnn_torso(config, observation_shape: tuple[int, ...], *, key: PRNGKey
             )
             for i in range(2)
         )
-        stacks.append(ImpalaStack(_conv3x3(in_channels, out_channels, k_conv), blocks))
+        stacks.append(
+            ImpalaStack(_conv3x3(in_channels, out_channels, k_conv), blocks, pool_padding)
+        )
         in_channels = out_channels
     return ImpalaCNN(tuple(stacks), pool)
 

@@ -72,6 +72,7 @@ def build_replay(
     observation_dtype: Any,
     stack: int = 1,
     core_state: PyTree | None = None,
+    repeat_first_frame: bool = False,
 ) -> Any:
     """Build the replay a spec describes; allocates nothing (call ``init()``).
 
@@ -86,6 +87,8 @@ def build_replay(
       stack: frames per observation (1 = store observations whole).
       core_state: for recurrent specs with ``replay.sequence.stored_state``, a template of one
         env's core state (e.g. ``net.initial_state()``); ignored otherwise.
+      repeat_first_frame: rebuilt stacks repeat their episode's first frame where the actor's
+        did (the protocol's ``game_start_stack: repeat``); zeros otherwise.
 
     Returns:
       A :class:`TransitionReplay` (feed-forward) or :class:`SequenceReplay` (``replay.sequence``
@@ -116,6 +119,7 @@ def build_replay(
     common: dict[str, Any] = dict(
         num_envs=num_envs,
         stack=stack,
+        repeat_first_frame=repeat_first_frame,
         observation_shape=tuple(observation_shape),
         observation_dtype=observation_dtype,
         prioritized=kind.prioritized,

@@ -70,6 +70,8 @@ class Replay(abc.ABC):
       items_per_env: items per ring (``C`` for transitions, ``C / period`` for sequences).
       period: slots between item starts (1 for transitions).
       stack: frames per observation; only the newest is stored.
+      repeat_first_frame: a stack's slots before its episode's first frame repeat that frame
+        (the protocol's ``game_start_stack: repeat``) instead of holding zeros.
       after: slots an item reads after its first one.
       prioritized: whether sampling follows stored priorities.
       priority_exponent: ``α``.
@@ -94,6 +96,7 @@ class Replay(abc.ABC):
         priority_exponent: float,
         core_state: PyTree | None,
         sample_rule: SampleRule = proportional_sample,
+        repeat_first_frame: bool = False,
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
@@ -114,6 +117,7 @@ class Replay(abc.ABC):
         self.period = period
         self.items_per_env = capacity_per_env // period
         self.stack = stack
+        self.repeat_first_frame = repeat_first_frame
         self.after = after
         self.observation_shape = observation_shape
         self.observation_dtype = jnp.dtype(observation_dtype)
@@ -398,8 +402,13 @@ class Replay(abc.ABC):
         For inspection and tests; valid where the slot and its ``stack − 1`` predecessors are in
         the ring.
         """
+        return self.stacked(state, jnp.asarray(env), jnp.asarray(slot))
+
+    def stacked(self, state: ReplayState, env: Array, slot: Array) -> Array:
+        """:func:`~zoo.replay.frames.stacked_frames` of ``(env, slot)`` under this replay's
+        stack and fill."""
         return stacked_frames(
-            state.frames, state.first, jnp.asarray(env), jnp.asarray(slot), self.stack
+            state.frames, state.first, env, slot, self.stack, repeat=self.repeat_first_frame
         )
 
     def __repr__(self) -> str:

@@ -29,7 +29,9 @@ Array = jax.Array
 __all__ = ["stacked_frames"]
 
 
-def stacked_frames(frames: Array, first: Array, env: Array, slot: Array, stack: int) -> Array:
+def stacked_frames(
+    frames: Array, first: Array, env: Array, slot: Array, stack: int, *, repeat: bool = False
+) -> Array:
     """The observation of ``(env, slot)`` as the actor saw it.
 
     Args:
@@ -38,10 +40,13 @@ def stacked_frames(frames: Array, first: Array, env: Array, slot: Array, stack: 
       env: int array of env indices, any shape ``S``.
       slot: int array of physical slots, shape ``S``.
       stack: frames per observation.
+      repeat: the slots before the episode's first frame repeat that frame (the protocol's
+        ``game_start_stack: repeat``) instead of holding zeros.
 
     Returns:
       ``[*S, stack, *frame_shape]`` (``[*S, *frame_shape]`` when ``stack == 1``), oldest frame
-      first, zeros before the episode's first frame. The caller guarantees that slots
+      first, zeros (or, with ``repeat``, the episode's first frame) before the episode's first
+      frame. The caller guarantees that slots
       ``slot − stack + 1 … slot`` hold the right steps (the eligibility rule of the replay).
     """
     if stack == 1:
@@ -58,5 +63,7 @@ def stacked_frames(frames: Array, first: Array, env: Array, slot: Array, stack: 
     inside = offsets <= limit[..., None].astype(slot.dtype)
     offsets = jnp.minimum(offsets, limit[..., None].astype(slot.dtype))
     gathered = frames[env, jnp.remainder(slot[..., None] - offsets, capacity)]
+    if repeat:  # the clipped offsets already point at the episode's first frame
+        return gathered
     inside = inside.reshape(*inside.shape, *([1] * (gathered.ndim - inside.ndim)))
     return jnp.where(inside, gathered, jnp.zeros((), gathered.dtype))

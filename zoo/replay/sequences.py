@@ -30,7 +30,6 @@ import jax
 import jax.numpy as jnp
 
 from zoo.replay.base import Replay
-from zoo.replay.frames import stacked_frames
 from zoo.replay.types import ReplayState
 from zoo.types import SequenceBatch
 
@@ -63,7 +62,7 @@ class SequenceReplay(Replay):
         # a game started inside the window (after its first step): zero padding from there on
         new_game = jnp.cumsum(first.at[:, 0].set(False).astype(jnp.int32), axis=1) > 0
         mask = state.valid[rows, slots] & ~new_game
-        observation = stacked_frames(state.frames, state.first, rows, slots, self.stack)
+        observation = self.stacked(state, rows, slots)
         pad = new_game.reshape(*new_game.shape, *([1] * (observation.ndim - 2)))
         observation = jnp.where(pad, jnp.zeros((), observation.dtype), observation)
         terminated = state.terminated[rows, slots]

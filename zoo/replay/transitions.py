@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 
 from zoo.replay.base import Replay
-from zoo.replay.frames import stacked_frames
 from zoo.replay.types import ReplayState
 from zoo.types import Transition
 
@@ -90,11 +89,11 @@ class TransitionReplay(Replay):
         )
         next_slot = jnp.remainder(slot + k, cap)
         return Transition(
-            observation=stacked_frames(state.frames, state.first, env, slot, self.stack),
+            observation=self.stacked(state, env, slot),
             action=state.action[env, slot],
             reward=reward,
             discount=discount,
-            next_observation=stacked_frames(state.frames, state.first, env, next_slot, self.stack),
+            next_observation=self.stacked(state, env, next_slot),
             probability=probability,
             mask=jnp.ones_like(probability),
         )

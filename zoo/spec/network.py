@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from zoo.spec.algorithm import AlgorithmSpec
 
 __all__ = [
+    "INIT_HELP",
     "PARAMETER_COPIES",
     "POWER_ITERATIONS",
     "AutoTorso",
@@ -22,12 +23,14 @@ __all__ = [
     "Head",
     "ImpalaCnnTorso",
     "ImplicitQuantileHead",
+    "Init",
     "LstmCore",
     "MinatarCnnTorso",
     "MlpTorso",
     "NatureCnnTorso",
     "NetworkSpec",
     "Norm",
+    "Padding",
     "QHead",
     "QuantileHead",
     "format_bytes",
@@ -41,6 +44,28 @@ Width = Annotated[int, Field(gt=0)]
 
 #: A layer normalisation option (Ba et al. 2016): ``none`` or ``layer_norm``.
 Norm = Literal["none", "layer_norm"]
+
+#: Convolution padding: ``VALID`` (none) or ``SAME`` (XLA's, which Flax's ``nn.Conv`` and
+#: Haiku's ``hk.Conv2D`` default to: ``ceil(size / stride)`` outputs, the odd cell at the end).
+Padding = Literal["VALID", "SAME"]
+
+#: A weight initialisation of plain dense and convolution layers
+#: (:data:`zoo.networks.layers.INITIALISERS`).
+Init = Literal[
+    "default", "glorot_uniform", "dopamine_uniform", "truncated_normal", "he_normal", "lecun_normal"
+]
+
+#: What each :data:`Init` is, for the help of every field that takes one.
+INIT_HELP = (
+    "default = Equinox's U(±1/√fan_in) weights and biases (PyTorch's, dqn_zoo's) | "
+    "glorot_uniform = U(±√(6/(fan_in + fan_out))) (Flax's xavier_uniform and Keras's default: "
+    "Dopamine's DQN networks) | dopamine_uniform = U(±√(√3/fan_in)), variance_scaling(1/√3, "
+    "fan_in, uniform) (Dopamine's Rainbow, implicit quantile and quantile networks) | "
+    "truncated_normal = normal of σ 1/√fan_in cut at ±2σ (Haiku's and Sonnet's default: Acme's "
+    "networks) | he_normal = truncated normal of variance 2/fan_in (Flax's he_normal: purejaxql's "
+    "hidden layers) | lecun_normal = truncated normal of variance 1/fan_in (Flax's default); all "
+    "but default set biases to zero"
+)
 
 
 def _norm_field(where: str) -> Norm:
@@ -59,6 +84,7 @@ class AutoTorso(Component):
         default_factory=list, description="MLP layer sizes used for non-image observations"
     )
     norm: Norm = _norm_field("after each layer (the MLP's, or the Nature CNN's convolutions)")
+    padding: Padding = Field("VALID", description="the Nature CNN's padding (see nature_cnn)")
 
 
 class MlpTorso(Component):
@@ -73,6 +99,12 @@ class NatureCnnTorso(Component):
     """Mnih et al. 2015: conv 32×8×8/4, 64×4×4/2, 64×3×3/1, ReLU; the fc512 comes from `hidden`."""
 
     kind: Literal["nature_cnn"] = "nature_cnn"
+    padding: Padding = Field(
+        "VALID",
+        description="VALID (the 2015 paper's and dqn_zoo's: 84×84 → 20 → 9 → 7, 3,136 features) "
+        "| SAME (Dopamine's and Acme's, which inherit Flax's and Haiku's default: 84 → 21 → 11 "
+        "→ 11, 7,744 features)",
+    )
     norm: Norm = _norm_field("over the channels after each convolution")
 
 
@@ -124,6 +156,13 @@ class ImpalaCnnTorso(Component):
         max_length=2,
         description="null | [h, w]: adaptive max pooling of the final feature map (after the "
         "ReLU) to h×w, with PyTorch's AdaptiveMaxPool2d bins (Beyond The Rainbow: [6, 6])",
+    )
+    max_pool_padding: Literal["same", "symmetric"] = Field(
+        "same",
+        description="padding of each stack's 3×3 stride-2 max pooling: same = TensorFlow's SAME "
+        "(the IMPALA reference's, Flax's nn.max_pool 'SAME': on an even size the extra cell is at "
+        "the end, windows [2i, 2i+2]) | symmetric = one cell on each side (PyTorch's "
+        "MaxPool2d(3, 2, padding=1), Beyond The Rainbow's: windows [2i−1, 2i+1])",
     )
     spectral_norm: bool = Field(
         False,
@@ -285,18 +324,28 @@ class NetworkSpec(Model):
     )
     norm: Norm = _norm_field("after each `hidden` layer (each stream's, with dueling)")
     dueling: bool = Field(False, description="dueling streams V + A − mean(A) (Wang et al. 2016)")
+    shared_hidden: bool = Field(
+        False,
+        description="with dueling: one copy of the `hidden` layers that both streams' output "
+        "layers read (Dopamine's FullRainbowNetwork, behind DER and DrQ(ε)), not a copy per "
+        "stream (the paper's, dqn_zoo's, Acme's)",
+    )
     noisy: bool = Field(
         False,
         description="factorised Gaussian noisy layers after the torso (Fortunato et al. 2018); "
         "the agent then acts greedily",
     )
     noisy_sigma0: float = Field(0.5, gt=0, description="σ₀ of noisy layers: σ = σ₀/√fan_in")
-    init: Literal["default", "glorot_uniform"] = Field(
+    init: Init = Field(
         "default",
-        description="initialisation of every plain dense and convolution layer: default = "
-        "Equinox's U(±1/√fan_in) for weights and biases (PyTorch's, dqn_zoo's) | glorot_uniform "
-        "= U(±√(6/(fan_in + fan_out))) weights and zero biases (Flax's xavier_uniform, "
-        "Dopamine's JAX networks); noisy layers and LSTM cores keep their own",
+        description="initialisation of every plain dense and convolution layer (noisy layers and "
+        "LSTM cores keep their own): " + INIT_HELP,
+    )
+    output_init: Init | None = Field(
+        None,
+        description="initialisation of the output layer (each stream's last layer): null = as "
+        "`init` | any value of `init` (purejaxql: he_normal everywhere but the output layer, "
+        "which keeps Flax's default lecun_normal)",
     )
     core: _Core | None = Field(
         None, description="null (feed-forward) | {kind: lstm, size}; needs replay.sequence"
@@ -310,9 +359,22 @@ class NetworkSpec(Model):
     )
 
     def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
-        """A recurrent core needs sequence replay; the layers must fit in this machine."""
+        """A recurrent core needs sequence replay; noisy output layers keep their own
+        initialisation; the layers must fit in this machine."""
         if self.core is not None and spec.replay.sequence is None:
             yield "replay.sequence", RECURRENT_NEEDS_SEQUENCES
+        if self.shared_hidden and not self.dueling:
+            yield (
+                "network.shared_hidden",
+                "shares the hidden layers between the dueling streams, and this network has one "
+                "stream; set `network.dueling: true` or drop `shared_hidden`",
+            )
+        if self.noisy and self.output_init is not None:
+            yield (
+                "network.output_init",
+                "noisy output layers keep their own initialisation (σ₀/√fan_in); "
+                "set `network.output_init: null` or `network.noisy: false`",
+            )
         memory = physical_memory()
         if memory is None:
             return
@@ -364,12 +426,13 @@ def network_parameter_lower_bound(network: NetworkSpec) -> int:
     head = network.head
     outputs = int(getattr(head, "num_atoms", None) or getattr(head, "num_quantiles", None) or 1)
     streams = 2 if network.dueling else 1
+    shared = len(network.hidden) if network.shared_hidden else 0  # layers in the shared trunk
     total = 0
     if core is not None and getattr(core, "kind", None) == "lstm":
         total += 4 * int(core.size) * int(core.size)  # recurrent weights
     chain = [*widths, *network.hidden, outputs]
     for i, (a, b) in enumerate(itertools.pairwise(chain)):
-        in_streams = i >= len(widths)  # hidden and output layers are per stream
+        in_streams = i >= len(widths) + shared  # hidden (unless shared) and output layers
         total += a * b * (streams if in_streams else 1)
     return total
 
