@@ -170,6 +170,61 @@ def test_show_round_trips_every_catalogue_entry(
 
 
 @pytest.mark.unit
+def test_show_hides_the_settings_an_algorithm_never_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """PQN has no replay and no update period; a network without noise has no σ₀."""
+    assert cli.main(["show", "pqn"]) == 0
+    out = capsys.readouterr().out
+    data = yaml.safe_load(out)
+    assert "replay" not in data and "update_period" not in data["schedule"]
+    assert "noisy_sigma0" not in data["network"] and "rollout" in data
+    assert out.splitlines()[-1].startswith(
+        "# not read by this algorithm, so not shown: loss.importance_eps, "
+    )
+    assert cli.main(["show", "rainbow"]) == 0  # noisy and prioritized: everything is read
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert data["network"]["noisy_sigma0"] == 0.5 and data["replay"]["priority_exponent"] == 0.5
+
+
+@pytest.mark.unit
+def test_show_of_a_preset_states_its_own_differences_and_marks_what_it_sets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """pqn_atari: its differences from purejaxql (the protocol's named one filled in from the
+    protocol's comparison), each field the preset sets marked with the catalogue's value, and
+    the catalogue's summary and notes marked as the catalogue entry's."""
+    assert cli.main(["show", "pqn_atari"]) == 0
+    out = capsys.readouterr().out
+    assert "# differs from its source in (4, reference.differences):" in out
+    life = next(line for line in out.splitlines() if "env.protocol.life_loss_terminal:" in line)
+    assert "episodic_life True" in life and "here: discount 0 on the step where lives drop" in life
+    assert "  init: he_normal  # set by the preset (catalogue pqn: default); initialisation" in out
+    assert "  truncation: terminal  # set by the preset (catalogue pqn: bootstrap)" in out
+    notes = next(line for line in out.splitlines() if line.startswith("notes: '\"No target"))
+    assert "# the catalogue entry pqn's, before the preset's settings (marked)" in notes
+    assert "the protocol (not a preset) differs from mttga/purejaxql" in out
+    assert "replay:" not in out.split("# resolved algorithm")[1]  # PQN reads no replay
+
+
+@pytest.mark.unit
+def test_a_preset_difference_must_name_both_sides_or_a_protocol_difference(
+    tmp_path: Path,
+) -> None:
+    base = "extends: pqn_atari\nalgorithm: pqn\nreference:\n  differences:\n"
+    write(tmp_path, "vague.yaml", base + "    network.torso: {why: it differs}\n")
+    write(tmp_path, "wrong.yaml", base + "    env.protocol.noop_max: {}\n")
+    result = run_zoo("validate", "vague.yaml", "wrong.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_no_traceback(result)
+    assert "'network.torso' needs `source` (what the source does) and `here`" in result.stderr
+    assert (
+        "'env.protocol.noop_max' is not a named difference of protocol 'purejaxql_atari' "
+        "(it names: life_loss_terminal, evaluation)" in result.stderr
+    )
+
+
+@pytest.mark.unit
 def test_show_applies_overrides(tmp_path: Path) -> None:
     result = run_zoo(
         "show", "dqn", "--set", "loss.n_step=3", "--set", "loss.reward_clip=null", cwd=tmp_path
@@ -368,6 +423,25 @@ EXPECTED_PROBLEMS = [
 
 
 @pytest.mark.unit
+def test_validate_of_a_preset_says_what_it_checked_and_refuses_an_unknown_protocol(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        "mine.yaml",
+        "extends: dqn_cartpole\nalgorithm: dqn\nenv: {protocol: nature_2051}\n",
+    )
+    result = run_zoo("validate", "preset:dqn_cartpole", "mine.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_no_traceback(result)
+    assert result.stdout.startswith(
+        "preset:dqn_cartpole: ok (preset: its fields and protocol, and its algorithm's every field"
+    )
+    assert "env.protocol" in result.stderr and "unknown protocol 'nature_2051'" in result.stderr
+    assert "nature_2015" in result.stderr  # the known ones are listed
+
+
+@pytest.mark.unit
 def test_validate_reports_every_problem_one_line_each(tmp_path: Path) -> None:
     write(tmp_path, "good.yaml", "mine: {extends: dqn}\n")
     (tmp_path / "bad.yaml").write_text(BAD)
@@ -375,7 +449,12 @@ def test_validate_reports_every_problem_one_line_each(tmp_path: Path) -> None:
     result = run_zoo("validate", "good.yaml", "bad.yaml", "broken.yaml", cwd=tmp_path)
     assert result.returncode == 2
     assert_no_traceback(result)
-    assert "good.yaml: ok" in result.stdout
+    # it says what it checked, and what waits for a run
+    assert (
+        "good.yaml: ok (1 entry: every field, the cross-field rules of every axis, the layers "
+        "against this machine's memory; the environment, its observation shapes and the "
+        "replay's memory are checked when a run starts)\n" in result.stdout
+    )
     lines = result.stderr.splitlines()
     problems = len(EXPECTED_PROBLEMS) + 1  # + the malformed YAML of broken.yaml
     assert len(lines) == problems + 1, result.stderr

@@ -279,6 +279,28 @@ def test_a_replay_larger_than_the_budget_is_noted(tmp_path, capsys):
 
 
 @pytest.mark.compiled
+def test_pqn_on_one_environment_is_told_its_minibatches_hold_one_transition(tmp_path, capsys):
+    """The catalogue's pqn (rollouts of 32 steps in 32 minibatches) on one environment learns
+    from minibatches of a single transition; purejaxql's presets from 128. Said, with the fix;
+    the preset with its 32 environments (64 × 32 / 16 = 128) is not told."""
+    import zoo
+
+    with pytest.raises(AbortedError):
+        zoo.train("pqn", total_env_steps=10_000, run_dir=tmp_path / "one", progress=False,
+                  on_start=abort)  # fmt: skip
+    err = capsys.readouterr().err
+    assert (
+        "note: with 1 environment each of the 32 minibatches of a rollout holds 1 transition "
+        "(rollout.length × num_envs / rollout.minibatches = 32 × 1 / 32)" in err
+    )
+    assert "--num-envs 32 or more gives minibatches of at least 32" in err
+    with pytest.raises(AbortedError):
+        zoo.train("pqn_cartpole", total_env_steps=10_000, run_dir=tmp_path / "preset",
+                  progress=False, on_start=abort)  # fmt: skip
+    assert "minibatches of a rollout holds" not in capsys.readouterr().err
+
+
+@pytest.mark.compiled
 def test_a_presets_run_is_named_after_the_preset(tmp_path, monkeypatch):
     # a run of the preset dqn_cartpole was named runs/dqn-CartPole-v1-..., like a run of dqn
     import zoo

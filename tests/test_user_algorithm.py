@@ -50,7 +50,7 @@ def test_yaml_only_algorithm_validates_builds_and_learns(tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "ok (1 entry)" in result.stdout
+    assert "ok (1 entry: " in result.stdout
 
     spec = zoo.load_algorithm(path)
     assert spec.name == "double_munchausen_qr"

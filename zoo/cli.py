@@ -95,26 +95,92 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _leaf_paths(tree: typing.Any, prefix: str = "") -> list[str]:
+    """Dotted paths of what a nested override mapping sets: its leaves, and each component it
+    names (``network.torso``) besides its parameters."""
+    paths = []
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            if "kind" in value:
+                paths.append(path)
+            paths.extend(_leaf_paths({k: v for k, v in value.items() if k != "kind"}, path + "."))
+        else:
+            paths.append(path)
+    return paths
+
+
+def _value_at(model: typing.Any, path: str) -> str:
+    """The value at a dotted path of a spec, as YAML in one line; ``—`` where it has none."""
+    import yaml
+
+    for part in path.split("."):
+        if isinstance(model, list) and part.isdigit() and int(part) < len(model):
+            model = model[int(part)]
+        elif hasattr(model, part):
+            model = getattr(model, part)
+        else:
+            return "—"
+    if hasattr(model, "model_dump"):
+        model = model.model_dump()
+    text = yaml.safe_dump(model, default_flow_style=True, width=10_000, allow_unicode=True)
+    return text.strip().removesuffix("...").strip()
+
+
+def _preset_marks(preset: typing.Any, resolved: typing.Any) -> dict[str, str]:
+    """What ``zoo show PRESET`` notes beside the resolved algorithm: each field the preset sets,
+    with the catalogue's value, and that the summary and notes are the catalogue entry's."""
+    catalogue = spec.load_algorithm(preset.algorithm)
+    marks = {
+        path: f"set by the preset (catalogue {preset.algorithm}: {_value_at(catalogue, path)})"
+        for path in _leaf_paths(spec.apply_overrides({}, preset.overrides))
+        if _value_at(catalogue, path) != _value_at(resolved, path)
+    }
+    whose = f"the catalogue entry {preset.algorithm}'s, before the preset's settings (marked)"
+    marks["summary"] = marks["notes"] = whose
+    return marks
+
+
+def _print_preset_differences(preset: typing.Any) -> None:
+    """The preset's own differences from its own source (``reference.differences``)."""
+    differences = preset.differences()
+    if not differences:
+        print("# differs from its source in: nothing recorded (reference.differences)")
+        return
+    print(f"# differs from its source in ({len(differences)}, reference.differences):")
+    for setting, source, here, why in differences:
+        print(f"#   {setting}: the source: {source}; here: {here}" + (f" ({why})" if why else ""))
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     overrides = spec.parse_overrides(args.set or [])
     name = args.name
     if spec.is_preset(name):
         preset = spec.load_preset(name)
         print(f"# preset {preset.name}: {_first_sentence(preset.summary)}")
-        print(spec.describe(preset), end="")
-        if preset.env is not None and preset.env.protocol:
-            from zoo.envs import get_protocol
+        print(
+            spec.describe(preset, hide=["reference.differences"], hidden="printed below"),
+            end="",
+        )
+        _print_preset_differences(preset)
+        from zoo.envs import get_protocol
 
-            summary = get_protocol(preset.env.protocol).summary()
-            print("".join(f"# {line}\n" for line in summary.splitlines()), end="")
-        print("# resolved algorithm:")
-        algorithm = spec.algorithm_for(preset)
-        print(spec.describe(spec.load_algorithm(algorithm, overrides=overrides)), end="")
+        summary = get_protocol(preset.env.protocol).summary()
+        print("".join(f"# {line}\n" for line in summary.splitlines()), end="")
+        print(
+            f"# resolved algorithm: the catalogue entry {preset.algorithm} with the preset's "
+            "settings"
+        )
+        resolved = spec.load_algorithm(spec.algorithm_for(preset), overrides=overrides)
+        marks = _preset_marks(preset, resolved)
+        hide = spec.unused_settings(resolved)
+        print(spec.describe(resolved, hide=hide, marks=marks), end="")
         shipped = name.removeprefix(spec.PRESET_PREFIX)
         if not spec.looks_like_path(shipped):
             _installed_hint(spec.presets_dir() / f"{shipped}.yaml", "presets")
         return 0
-    print(spec.describe(spec.load_algorithm(name, overrides=overrides)), end="")
+    resolved = spec.load_algorithm(name, overrides=overrides)
+    print(spec.describe(resolved, hide=spec.unused_settings(resolved)), end="")
     if name in spec.preset_names():
         print(
             f"# {name!r} is also a preset (a paper's settings): zoo show {spec.PRESET_PREFIX}{name}"
@@ -145,16 +211,24 @@ def _installed_hint(path: Path, what: str) -> None:
     )
 
 
+#: What ``zoo validate`` checks of an algorithm entry, and what it leaves to the run.
+VALIDATE_CHECKS = (
+    "every field, the cross-field rules of every axis, the layers against this machine's memory; "
+    "the environment, its observation shapes and the replay's memory are checked when a run "
+    "starts"
+)
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
             if spec.is_preset(path):
                 spec.load_preset(path)
-                count = "preset"
+                count = f"preset: its fields and protocol, and its algorithm's {VALIDATE_CHECKS}"
             else:
                 n = len(spec.load_algorithms_file(path))
-                count = f"{n} entr{'y' if n == 1 else 'ies'}"
+                count = f"{n} entr{'y' if n == 1 else 'ies'}: {VALIDATE_CHECKS}"
         except spec.SpecError as e:
             failed += len(e.problems)
             for problem in e.problems:

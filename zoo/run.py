@@ -805,6 +805,7 @@ def _train_alone(request: TrainRequest) -> RunResult:
         if mode != "resume":
             _note_capacity(spec, settings)
             _note_exploration(spec, settings)
+            _note_minibatch(spec, settings)
         if request.on_start is not None:
             request.on_start(run_path)
         env_obj = make(
@@ -979,6 +980,32 @@ def _note_exploration(spec: AlgorithmSpec, settings: RunSettings) -> None:
         f"mostly at random (catalogue entries carry Atari settings; the *_cartpole presets "
         f"carry CartPole's); --set schedule.epsilon.steps={max(total // 10, 1)} would decay it "
         "over the first tenth"
+    )
+
+
+#: Transitions per minibatch below which a rollout learner is told it has too few environments:
+#: the batch of the replay-based catalogue entries (purejaxql's PQN presets learn from 128).
+SMALL_MINIBATCH = 32
+
+
+def _note_minibatch(spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """Say when a rollout learner (PQN) gets so few environments that its minibatches hold
+    fewer than :data:`SMALL_MINIBATCH` transitions: the catalogue's ``pqn`` on one environment
+    learns from minibatches of a single transition."""
+    rollout = spec.rollout
+    if rollout is None:
+        return
+    size = rollout.length * settings.num_envs // rollout.minibatches
+    if size >= SMALL_MINIBATCH:
+        return
+    wanted = -(-SMALL_MINIBATCH * rollout.minibatches // rollout.length)
+    _say(
+        f"note: with {settings.num_envs} environment{'s' * (settings.num_envs != 1)} each of "
+        f"the {rollout.minibatches} minibatches of a rollout holds {size} "
+        f"transition{'s' * (size != 1)} (rollout.length × num_envs / rollout.minibatches = "
+        f"{rollout.length} × {settings.num_envs} / {rollout.minibatches}); PQN learns from many "
+        f"environments at once (purejaxql: 128, minibatches of 128): --num-envs {wanted} or more "
+        "gives minibatches of at least 32"
     )
 
 

@@ -379,8 +379,9 @@ class Protocol:
             caps = ", ".join(f"{game} {frames:,}" for game, frames in self.game_episode_frames)
             lines.append(f"  max_episode_frames by game: {caps}")
         if self.differences:
+            follows = self.sources[-1].split()[0]
             lines.append(
-                "  differs from its source in: "
+                f"  the protocol (not a preset) differs from {follows}, the code it follows, in: "
                 + ", ".join(self.differences)
                 + " (docs/protocols.md)"
             )

@@ -31,7 +31,7 @@ which are *learner updates*.
 
 from __future__ import annotations
 
-from zoo.spec.algorithm import AlgorithmSpec, ScheduleSpec, spec_problems
+from zoo.spec.algorithm import AlgorithmSpec, ScheduleSpec, spec_problems, unused_settings
 from zoo.spec.augmentation import Augmentation, RandomShift
 from zoo.spec.base import Component, Model, axis_paths
 from zoo.spec.describe import describe
@@ -185,4 +185,5 @@ __all__ = [
     "read_yaml",
     "spec_problems",
     "too_deep",
+    "unused_settings",
 ]

@@ -25,7 +25,7 @@ from zoo.spec.replay import ReplaySpec
 from zoo.spec.rollout import RolloutSpec
 from zoo.spec.schedules import LinearSchedule, Schedule, probability_problems
 
-__all__ = ["AlgorithmSpec", "ScheduleSpec", "spec_problems"]
+__all__ = ["AlgorithmSpec", "ScheduleSpec", "spec_problems", "unused_settings"]
 
 _Optimizer = axis("optimizer", Optimizers, None)
 _Augmentation = axis("augmentation", Union[RandomShift], None)
@@ -108,6 +108,12 @@ class AlgorithmSpec(Model):
     def recurrent(self) -> bool:
         """Whether the network has a recurrent core (and the replay stores sequences)."""
         return self.network.core is not None
+
+
+def unused_settings(spec: AlgorithmSpec) -> list[str]:
+    """Dotted paths of the settings ``spec`` never reads, as each part of the tree states them
+    (:meth:`zoo.spec.base.Model.unused_settings`), sorted."""
+    return sorted({path for part in walk(spec) for path in part.unused_settings(spec)})
 
 
 def spec_problems(spec: AlgorithmSpec) -> list[tuple[str, str]]:

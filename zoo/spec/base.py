@@ -105,6 +105,13 @@ class Model(BaseModel):
         del spec
         return ()
 
+    def unused_settings(self, spec: AlgorithmSpec) -> Iterable[str]:
+        """Dotted paths of settings that ``spec`` never reads because of this part (a rollout
+        learner has no replay; a network without noise has no σ₀): ``zoo show`` hides them.
+        The default names none."""
+        del spec
+        return ()
+
 
 class Component(Model):
     """Base of every component config: a ``kind`` naming a registry entry plus its parameters.

@@ -332,8 +332,9 @@ class NetworkSpec(Model):
     )
     noisy: bool = Field(
         False,
-        description="factorised Gaussian noisy layers after the torso (Fortunato et al. 2018); "
-        "the agent then acts greedily",
+        description="factorised Gaussian noisy layers after the torso (Fortunato et al. 2018): "
+        "the noise explores, and ε-greedy acting adds to it only where schedule.epsilon is "
+        "above 0 (the catalogue's noisy entries set ε 0)",
     )
     noisy_sigma0: float = Field(0.5, gt=0, description="σ₀ of noisy layers: σ = σ₀/√fan_in")
     init: Init = Field(
@@ -357,6 +358,14 @@ class NetworkSpec(Model):
         "num_target_samples, num_policy_samples} | {kind: fqf, num_cosines, num_fractions, "
         "entropy_coef}",
     )
+
+    def unused_settings(self, spec: AlgorithmSpec) -> Iterable[str]:
+        """σ₀ without noisy layers, the shared trunk without dueling streams."""
+        del spec
+        if not self.noisy:
+            yield "network.noisy_sigma0"
+        if not self.dueling:
+            yield "network.shared_hidden"
 
     def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
         """A recurrent core needs sequence replay; noisy output layers keep their own

@@ -93,6 +93,11 @@ class ReplaySpec(Model):
             )
         return kind
 
+    def unused_settings(self, spec: AlgorithmSpec) -> Iterable[str]:
+        """Priorities mean nothing to a replay that does not sample by them."""
+        if spec.rollout is None and not samples_by_priority(self):
+            yield from ("replay.priority_exponent", "loss.priority", "loss.importance_eps")
+
     def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
         """Sizes that cannot work together; importance weights without prioritised sampling."""
         beta = spec.loss.importance_exponent

@@ -59,6 +59,18 @@ class RolloutSpec(Model):
         "`done` flag)",
     )
 
+    def unused_settings(self, spec: AlgorithmSpec) -> Iterable[str]:
+        """A rollout replaces the replay and the update period (one learning phase per
+        rollout)."""
+        del spec
+        return (
+            "replay",
+            "schedule.update_period",
+            "loss.importance_exponent",
+            "loss.importance_eps",
+            "loss.priority",
+        )
+
     def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
         """The axes that mean nothing without a replay: priorities, n-step windows, sequences
         and recurrent cores, target updates in the middle of a rollout's updates, and
