@@ -399,7 +399,7 @@ def test_ctrl_c_during_a_long_evaluation_is_answered_at_once(tmp_path: Path) -> 
     text = "".join(lines) + rest
     assert process.returncode == 130, text[-3000:]
     after = text[text.index("evaluation at env step 40: playing") :]
-    noted = after.index("zoo: interrupt received: the evaluation under way plays to its end")
+    noted = after.index("zoo: SIGINT received: the evaluation under way plays to its end")
     summary = re.search(r"evaluation at env step 40: (return|no game finished) .*\(\w+\)\n", after)
     assert summary is not None, after
     assert noted < summary.start()

@@ -110,31 +110,16 @@ def _leaf_paths(tree: typing.Any, prefix: str = "") -> list[str]:
     return paths
 
 
-def _value_at(model: typing.Any, path: str) -> str:
-    """The value at a dotted path of a spec, as YAML in one line; ``—`` where it has none."""
-    import yaml
-
-    for part in path.split("."):
-        if isinstance(model, list) and part.isdigit() and int(part) < len(model):
-            model = model[int(part)]
-        elif hasattr(model, part):
-            model = getattr(model, part)
-        else:
-            return "—"
-    if hasattr(model, "model_dump"):
-        model = model.model_dump()
-    text = yaml.safe_dump(model, default_flow_style=True, width=10_000, allow_unicode=True)
-    return text.strip().removesuffix("...").strip()
-
-
 def _preset_marks(preset: typing.Any, resolved: typing.Any) -> dict[str, str]:
     """What ``zoo show PRESET`` notes beside the resolved algorithm: each field the preset sets,
     with the catalogue's value, and that the summary and notes are the catalogue entry's."""
+    from zoo.spec.fidelity import value_at
+
     catalogue = spec.load_algorithm(preset.algorithm)
     marks = {
-        path: f"set by the preset (catalogue {preset.algorithm}: {_value_at(catalogue, path)})"
+        path: f"set by the preset (catalogue {preset.algorithm}: {value_at(catalogue, path)})"
         for path in _leaf_paths(spec.apply_overrides({}, preset.overrides))
-        if _value_at(catalogue, path) != _value_at(resolved, path)
+        if value_at(catalogue, path) != value_at(resolved, path)
     }
     whose = f"the catalogue entry {preset.algorithm}'s, before the preset's settings (marked)"
     marks["summary"] = marks["notes"] = whose
