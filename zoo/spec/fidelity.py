@@ -97,10 +97,12 @@ def _cell(text: str) -> str:
 def fidelity_markdown() -> str:
     """The whole of ``docs/fidelity.md``."""
     out = [_HEADER]
+    unsourced = []
     for name in preset_names():
         preset = load_preset(name)
         rows = fidelity_rows(name)
         if not rows:
+            unsourced.append(name)
             continue
         out.append(f"\n## `{name}`\n")
         source = preset.reference.source or preset.reference.paper or "—"
@@ -109,6 +111,14 @@ def fidelity_markdown() -> str:
         out.append("|---|---|---|---|")
         for field, value, where, verdict in rows:
             out.append(f"| `{field}` | {_cell(value)} | {_cell(where)} | {_cell(verdict)} |")
+    if unsourced:
+        out.append("\n## Presets without a published source\n")
+        out.append(
+            "These claim no source value, so there is nothing to check against one: each says in "
+            "its notes whose settings it takes (`zoo show PRESET`). "
+            + ", ".join(f"`{name}`" for name in unsourced)
+            + "."
+        )
     return "\n".join(out) + "\n"
 
 
