@@ -179,9 +179,12 @@ def test_show_hides_the_settings_an_algorithm_never_reads(
     data = yaml.safe_load(out)
     assert "replay" not in data and "update_period" not in data["schedule"]
     assert "noisy_sigma0" not in data["network"] and "rollout" in data
-    assert out.splitlines()[-1].startswith(
+    hidden = [line for line in out.splitlines() if line.startswith("# not read by this")]
+    assert hidden == [
         "# not read by this algorithm, so not shown: loss.importance_eps, "
-    )
+        "loss.importance_exponent, loss.priority, network.noisy_sigma0, network.shared_hidden, "
+        "replay, schedule.update_period"
+    ]
     assert cli.main(["show", "rainbow"]) == 0  # noisy and prioritized: everything is read
     data = yaml.safe_load(capsys.readouterr().out)
     assert data["network"]["noisy_sigma0"] == 0.5 and data["replay"]["priority_exponent"] == 0.5
