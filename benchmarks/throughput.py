@@ -78,6 +78,9 @@ ASYNC_LOOPS: dict[str, str] = {"breakout-async": "breakout", "cartpole-8-async":
 #: normalisation on the residual convolutions.
 BTR_TORSO = {"kind": "impala_cnn", "width": 2, "pool": [6, 6], "spectral_norm": True}
 
+#: The Nature CNN with SAME padding, as Flax's and Haiku's defaults give it (Dopamine, Acme).
+SAME_TORSO = {"kind": "nature_cnn", "padding": "SAME"}
+
 #: Rows of the per-update cost table: label -> (catalogue entry, overrides).
 ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
     **{
@@ -100,6 +103,13 @@ ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
     "m_iqn, BTR torso": ("m_iqn", {"network.torso": BTR_TORSO}),
     "fqf": ("fqf", {}),
     "fqf, BTR torso": ("fqf", {"network.torso": BTR_TORSO}),
+    # Dopamine's and Acme's Nature CNN inherit SAME padding (issue 36): 7,744 features, not 3,136
+    "dqn, SAME": ("dqn", {"network.torso": SAME_TORSO}),
+    # drq_eps as the preset now builds it: SAME, one hidden layer shared by the dueling streams
+    "drq_eps, SAME, shared": (
+        "drq_eps",
+        {"network.torso": SAME_TORSO, "network.shared_hidden": True},
+    ),
 }
 
 #: The rows of the ``algorithms`` workload to run (``--rows``; default every row).
