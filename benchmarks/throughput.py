@@ -824,11 +824,13 @@ def report(results: dict[str, Any]) -> None:
         )
     a = get("zoo:algorithms")
     if a:
-        base = a["dqn"]["per_update_ms"]
+        # the ratios are to DQN's row, or to the first row where --rows leaves DQN out
+        first = "dqn" if "dqn" in a else next(iter(a))
+        base = a[first]["per_update_ms"]
         print("\nCost per update (sample from a 1M-item replay + update, Breakout; the Nature CNN")
         print("unless the row names the BTR torso):")
         print(
-            "| algorithm | sample ms | update ms | per update ms | ÷ DQN "
+            f"| algorithm | sample ms | update ms | per update ms | ÷ {first} "
             "| µs per learned transition |"
         )
         print("| --- | ---: | ---: | ---: | ---: | ---: |")
