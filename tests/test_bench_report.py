@@ -93,9 +93,10 @@ def test_missing_runs_are_listed_not_dropped(bench):
 @pytest.mark.unit
 def test_report_numbers_match_the_runs_records(bench):
     root, out, paths = bench
-    for key in ("md", "json", "intervals", "profiles", "improvement", "sample_efficiency"):
+    keys = ("intervals", "profiles", "improvement", "sample_efficiency", "game_curves")
+    for key in ("md", "json", *keys):
         assert paths[key].stat().st_size > 0, key
-    for key in ("intervals", "profiles", "improvement", "sample_efficiency"):
+    for key in keys:
         assert paths[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     payload = json.loads((out / "bench.json").read_text())
     assert payload["normalisation"] == "return_range" and payload["games"] == ["CartPole-v1"]
@@ -117,6 +118,8 @@ def test_report_numbers_match_the_runs_records(bench):
     assert p_ab + p_ba == pytest.approx(1.0)
     assert len(payload["sample_efficiency"]["frames"]) == 2
     assert any(v.startswith("IQM") for v in payload["verdicts"])
+    # the classic suite has no published per-run data: nothing to place the runs among
+    assert payload["placements"] == [] and "among the published runs" not in md
 
 
 @pytest.mark.unit
@@ -178,3 +181,45 @@ def test_one_seed_per_game_is_named_not_read_as_95_percent_confidence(bench, tmp
     full = (root / "report" / "bench.md").read_text()
     full_supported = full.split("## What the intervals support", 1)[1].split("\n## ", 1)[0]
     assert "one run per game" not in full_supported and "IQM:" in full_supported
+
+
+@pytest.mark.unit
+def test_each_run_is_placed_among_the_published_runs_of_its_game(tmp_path):
+    """A finished Atari 100k run against rliable's 100 DrQ(ε) runs of its game, counted by hand."""
+    from zoo.bench.published import published
+
+    drq = next(p for p in published("atari100k") if p.label.startswith("DrQ"))
+    boxing = sorted(drq.scores["Boxing-v5"])
+    middle = boxing[50]
+    runs = [
+        report.BenchRun(
+            "drq_eps",
+            "Boxing-v5",
+            0,
+            tmp_path,
+            "finished",
+            score=middle,
+            wall_s=3600.0,
+            env_steps_per_s=20.0,
+            updates_per_s=19.5,
+        ),
+        report.BenchRun("drq_eps", "Breakout-v5", 0, tmp_path, "finished", score=-1.0),
+        report.BenchRun("drq_eps", "Pong-v5", 0, tmp_path, "unfinished"),
+        report.BenchRun("drq_eps", "CartPole-v1", 0, tmp_path, "finished", score=100.0),
+    ]
+    placed = report.placements(report.BenchData(root=tmp_path, runs=runs), [drq])
+    # the unfinished run and the game DrQ(ε) never played are not placed
+    assert [(r.game, label) for r, label, _ in placed] == [
+        ("Boxing-v5", drq.label),
+        ("Breakout-v5", drq.label),
+    ]
+    where = placed[0][2]
+    below = sum(v < middle for v in boxing)
+    ties = sum(v == middle for v in boxing)
+    assert where.runs == 100 and where.rank == pytest.approx(below + ties / 2)
+    # numpy's linear percentile of 100 sorted values: p5 sits at index 4.95
+    assert where.quantiles[5] == pytest.approx(boxing[4] + 0.95 * (boxing[5] - boxing[4]))
+    assert where.quantiles[50] == pytest.approx((boxing[49] + boxing[50]) / 2)
+    assert not where.below_5th
+    breakout = placed[1][2]
+    assert breakout.rank == 0.0 and breakout.below_5th

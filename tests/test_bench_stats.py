@@ -213,3 +213,19 @@ def test_published_rows_carry_their_protocol_budget_and_source():
         assert "arxiv.org" in item.source and "/work" not in item.source
     assert published_runs("minatar") == {}
     assert math.isfinite(published_runs("atari100k")["SPR"].sum())
+
+
+@pytest.mark.unit
+def test_placement_by_hand():
+    runs = [1.0, 2.0, 2.0, 3.0, 10.0]
+    where = stats.placement(2.0, runs)
+    # one run below and two ties among five: (1 + 2 / 2) / 5
+    assert where.rank == pytest.approx(40.0) and where.runs == 5
+    # linear interpolation over the sorted runs at (n - 1)·q = 4q
+    assert where.quantiles == pytest.approx({5: 1.2, 25: 2.0, 50: 2.0, 75: 3.0, 95: 8.6})
+    assert stats.placement(0.5, runs).rank == 0.0 and stats.placement(0.5, runs).below_5th
+    assert stats.placement(11.0, runs).rank == 100.0
+    with pytest.raises(BenchError, match="no published runs"):
+        stats.placement(1.0, [])
+    with pytest.raises(BenchError, match="finite"):
+        stats.placement(float("nan"), runs)

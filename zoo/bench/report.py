@@ -42,7 +42,7 @@ import numpy as np
 from zoo import compare as compare_lib
 from zoo.bench import stats
 from zoo.bench.errors import BenchError
-from zoo.bench.published import published
+from zoo.bench.published import PublishedRuns, published
 from zoo.bench.suites import STATISTICS, Suite, get_suite
 from zoo.fileio import make_output_dir, save_figure, write_atomic
 from zoo.rundir import RunDir, RunSettingsError
@@ -80,7 +80,7 @@ class BenchRun:
       statistic: ``evaluation`` or ``training``: what ``score`` is.
       curve: ``(frames, evaluation mean return)`` points.
       env_steps_per_s: the loop's rate in the run's last log record (env steps over the session's
-        time since its loop started).
+        time since its loop started); ``updates_per_s`` the learner's, likewise.
       wall_s: the wall time of the run's sessions (from ``history.jsonl``: each start or resume
         to its stop).
       note: why a run is not finished, or how its score was read.
@@ -99,6 +99,7 @@ class BenchRun:
     statistic: str | None = None
     curve: list[tuple[int, float]] = field(default_factory=list)
     env_steps_per_s: float | None = None
+    updates_per_s: float | None = None
     wall_s: float | None = None
     note: str = ""
 
@@ -191,6 +192,8 @@ def _read_run(algo: str, folder: str, seed: int, path: Path) -> BenchRun:
     run.curve = compare_lib.run_curve(info, "evaluation")
     rate = info.metrics[-1].get("env_steps_per_s")
     run.env_steps_per_s = float(rate) if rate is not None else None
+    updates = info.metrics[-1].get("updates_per_s")
+    run.updates_per_s = float(updates) if updates is not None else None
     run.wall_s = _wall_seconds(path)
     if run.budget_env_steps is not None and run.env_steps < run.budget_env_steps:
         run.status = "unfinished"
@@ -423,6 +426,25 @@ def _published(data: BenchData, suite: Suite | None, m: _Matrices) -> dict[str, 
     return out
 
 
+def placements(
+    data: BenchData, items: Sequence[PublishedRuns]
+) -> list[tuple[BenchRun, str, stats.Placement]]:
+    """Each finished run of ``data`` placed among each published algorithm's runs of its game
+    (``(run, label, placement)``, in run order), for the items that have the game; the caller
+    passes only items measured as the runs were (protocol, budget, statistic)."""
+    out = []
+    for run in sorted(data.runs, key=lambda r: (r.algo, r.game, r.seed)):
+        if run.status != "finished" or run.score is None:
+            continue
+        for item in items:
+            try:
+                matrix = item.matrix([run.game])
+            except BenchError:  # the published algorithm has no runs of this game
+                continue
+            out.append((run, item.label, stats.placement(run.score, matrix[:, 0])))
+    return out
+
+
 def _curves(data: BenchData, m: _Matrices) -> tuple[list[int], dict[str, np.ndarray]]:
     """Normalised evaluation curves ``[points, runs, games]`` at the frames every run has."""
     ours = [a for a in data.algorithms if a in m.seeds]
@@ -622,6 +644,64 @@ def _plots(
     return paths
 
 
+def _game_curves_plot(
+    out: Path, data: BenchData, placed: Sequence[tuple[BenchRun, str, stats.Placement]]
+) -> Path | None:
+    """One panel per game: each run's evaluation return against frames, and at the budget the
+    published runs' 25th–75th percentile (bar), 5th–95th (whiskers) and median (dot) where
+    they compare; ``game_curves.png``, or ``None`` where no run has a curve."""
+    curves = [r for r in data.runs if r.curve]
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    games = list(dict.fromkeys(r.game for r in curves))
+    columns = min(len(games), 4)
+    rows = -(-len(games) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
+    colours = {a: f"C{i}" for i, a in enumerate(data.algorithms)}
+    labels = list(dict.fromkeys(label for _, label, _ in placed))
+    shades = {label: f"C{len(colours) + i}" for i, label in enumerate(labels)}
+    for ax, game in zip(axes.flat, games, strict=False):
+        for run in (r for r in curves if r.game == game):
+            x, y = zip(*run.curve, strict=True)
+            ax.plot(
+                x, y, color=colours[run.algo], marker="o", ms=3, label=f"{run.algo} s{run.seed}"
+            )
+        shown = set()
+        for run, label, where in placed:
+            if run.game != game or label in shown:
+                continue
+            shown.add(label)
+            at = (run.budget_env_steps or run.env_steps) * run.frame_skip
+            q = where.quantiles
+            ax.errorbar(
+                [at],
+                [q[50]],
+                yerr=[[q[50] - q[5]], [q[95] - q[50]]],
+                color=shades[label],
+                capsize=4,
+                fmt="o",
+                label=f"{label} (published, p5–p50–p95)",
+            )
+            ax.vlines(at, q[25], q[75], color=shades[label], linewidth=6, alpha=0.5)
+        ax.set_title(game, fontsize=10)
+        ax.set_xlabel("frames")
+        ax.set_ylabel("evaluation return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(games) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    path = out / "game_curves.png"
+    save_figure(fig, path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def _legend(ax: Any, algorithms: list[str], **kwargs: Any) -> None:
     """One legend entry per algorithm, from its line (the confidence bands are not entries)."""
     lines = ax.get_lines()
@@ -671,6 +751,8 @@ def write_report(
     out_dir = make_output_dir(out if out is not None else root)
     m = _matrices(data, chosen)
     _published(data, chosen, m)
+    comparable = [p for p in (published(chosen.name) if chosen else ()) if p.label in m.scores]
+    placed = placements(data, comparable)
     small = min(reps, 2000)
     aggregates = stats.aggregate(m.scores, reps=reps, seed=seed) if m.games else {}
     poi = stats.probability_of_improvement(m.scores, reps=small, seed=seed) if m.games else {}
@@ -694,6 +776,9 @@ def write_report(
     verdicts = _verdicts(aggregates, poi, {a: s.shape[0] for a, s in m.scores.items()})
     label = _NORMALISED_LABEL[m.normalisation]
     paths = _plots(out_dir, aggregates, profiles, poi, frames, efficiency, label)
+    game_curves = _game_curves_plot(out_dir, data, placed)
+    if game_curves is not None:
+        paths["game_curves"] = game_curves
     fallbacks = [r for r in data.runs if r.statistic is not None and r.statistic != statistic]
     report = {
         "root": str(root),
@@ -730,6 +815,19 @@ def write_report(
             for p in (published(chosen.name) if chosen else ())
             if p.label in m.scores
         },
+        "placements": [
+            {
+                "algo": run.algo,
+                "game": run.game,
+                "seed": run.seed,
+                "published": label,
+                **where.to_dict(),
+                "wall_s": run.wall_s,
+                "env_steps_per_s": run.env_steps_per_s,
+                "updates_per_s": run.updates_per_s,
+            }
+            for run, label, where in placed
+        ],
         "verdicts": verdicts,
         "notes": [*m.notes, *data.notes],
     }
@@ -739,7 +837,18 @@ def write_report(
     write_atomic(
         paths["md"],
         _markdown(
-            data, chosen, m, aggregates, poi, predicted, verdicts, fallbacks, paths, reps, statistic
+            data,
+            chosen,
+            m,
+            aggregates,
+            poi,
+            predicted,
+            verdicts,
+            fallbacks,
+            paths,
+            reps,
+            statistic,
+            placed,
         ),
     )
     return paths
@@ -757,6 +866,7 @@ def _markdown(
     paths: Mapping[str, Path],
     reps: int,
     statistic: str = "evaluation",
+    placed: Sequence[tuple[BenchRun, str, stats.Placement]] = (),
 ) -> str:
     title = f"zoo bench: {suite.name}" if suite else "zoo bench"
     lines = [f"# {title}", ""]
@@ -807,6 +917,43 @@ def _markdown(
             "at the budget): "
             + ", ".join(f"{r.algo} {r.game} seed {r.seed}" for r in fallbacks)
             + ".",
+        ]
+    if placed:
+        lines += [
+            "",
+            "## Each run among the published runs of its game",
+            "",
+            "The run's raw score, the published runs' percentiles on the same game (their "
+            "protocol and budget), the run's percentile rank among them (ties counted half), "
+            "and the run's wall time and rates (env steps/s and updates/s of its last session).",
+            "",
+            "| algorithm | game | seed | score | published | "
+            + " | ".join(f"p{q}" for q in stats.PLACEMENT_QUANTILES)
+            + " | rank | wall | env steps/s | updates/s |",
+            "|" + "---|" * (9 + len(stats.PLACEMENT_QUANTILES)),
+        ]
+        for run, label, where in placed:
+            rate = lambda v: "—" if v is None else f"{v:.1f}"  # noqa: E731
+            lines.append(
+                f"| {run.algo} | {run.game} | {run.seed} | {_fmt(where.score)} | "
+                f"{label} (n={where.runs}) | "
+                + " | ".join(_fmt(where.quantiles[q]) for q in stats.PLACEMENT_QUANTILES)
+                + f" | {where.rank:.0f} | {_duration(run.wall_s)} | "
+                f"{rate(run.env_steps_per_s)} | {rate(run.updates_per_s)} |"
+            )
+        low = [(r, label, w) for r, label, w in placed if w.below_5th]
+        lines += [
+            "",
+            "Below the published 5th percentile: "
+            + (
+                "; ".join(
+                    f"{r.algo} {r.game} seed {r.seed} ({_fmt(w.score)} < {_fmt(w.quantiles[5])} "
+                    f"of {label})"
+                    for r, label, w in low
+                )
+                if low
+                else "none."
+            ),
         ]
     missing = data.missing()
     lines += ["", "## Runs not in the numbers", ""]
@@ -874,7 +1021,11 @@ def _markdown(
     notes = [*m.notes, *data.notes]
     if notes:
         lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
-    plots = [k for k in ("intervals", "profiles", "improvement", "sample_efficiency") if k in paths]
+    plots = [
+        k
+        for k in ("intervals", "profiles", "improvement", "sample_efficiency", "game_curves")
+        if k in paths
+    ]
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{k}]({paths[k].name})" for k in plots]

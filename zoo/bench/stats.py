@@ -17,6 +17,9 @@ Statistical Precipice" (NeurIPS, https://arxiv.org/abs/2108.13264), through thei
 - :func:`performance_profile`: the fraction of runs (× games) scoring above each threshold τ
   (``rliable.library.create_performance_profile``), with CIs;
 - :func:`sample_efficiency`: the IQM with its CI at each point of a learning curve;
+- :func:`placement`: where one run's score falls among a published algorithm's runs of the same
+  game (their 5th/25th/50th/75th/95th percentiles and the run's percentile rank), the check a
+  single seed allows when the published data has 100 runs per game (rliable's Atari 100k data);
 - :func:`predicted_atari57_median`: the Atari-5 prediction of the 57-game median (Aitchison,
   Sweetser & Hutter 2023, "Atari-5: Distilling the Arcade Learning Environment down to Five
   Games", ICML).
@@ -72,12 +75,15 @@ from zoo.bench.suites import SUITES, Suite
 
 __all__ = [
     "METRICS",
+    "PLACEMENT_QUANTILES",
     "Interval",
+    "Placement",
     "Profile",
     "aggregate",
     "anchors",
     "normalise",
     "performance_profile",
+    "placement",
     "predicted_atari57_median",
     "probability_of_improvement",
     "sample_efficiency",
@@ -508,6 +514,64 @@ def predicted_atari57_median(
         for g, w in weights.items()
     )
     return (10.0**exponent - 1.0) / 100.0
+
+
+#: The percentiles of the published runs a :class:`Placement` reports.
+PLACEMENT_QUANTILES: tuple[int, ...] = (5, 25, 50, 75, 95)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a score falls among published runs of one game.
+
+    Attributes:
+      score: the run's raw score.
+      runs: how many published runs there are.
+      quantiles: their raw-score percentiles at :data:`PLACEMENT_QUANTILES` (NumPy's default,
+        linear interpolation between order statistics).
+      rank: the run's percentile rank among them, in [0, 100]: the percentage of published runs
+        below the score, ties counted half (the mid-rank definition).
+    """
+
+    score: float
+    runs: int
+    quantiles: dict[int, float]
+    rank: float
+
+    @property
+    def below_5th(self) -> bool:
+        """Whether the score lies below the published 5th percentile (worth a look before it
+        counts as a result)."""
+        return self.score < self.quantiles[5]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "score": self.score,
+            "runs": self.runs,
+            "quantiles": {str(q): v for q, v in self.quantiles.items()},
+            "rank": self.rank,
+        }
+
+
+def placement(score: float, runs: Sequence[float] | np.ndarray) -> Placement:
+    """Place ``score`` among published ``runs`` of the same game (raw scores).
+
+    Raises:
+      BenchError: no published run, or a score or run that is not finite.
+    """
+    values = np.asarray(runs, dtype=float).ravel()
+    if values.size == 0:
+        raise BenchError("no published runs to place a score among")
+    if not (math.isfinite(score) and np.isfinite(values).all()):
+        raise BenchError("a score to place, and every published run, must be finite")
+    below = float(np.sum(values < score))
+    ties = float(np.sum(values == score))
+    return Placement(
+        score=float(score),
+        runs=int(values.size),
+        quantiles={q: float(np.percentile(values, q)) for q in PLACEMENT_QUANTILES},
+        rank=100.0 * (below + 0.5 * ties) / values.size,
+    )
 
 
 def interval_table(
