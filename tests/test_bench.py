@@ -49,6 +49,51 @@ class Fake:
         return "ok"
 
 
+@dataclass(frozen=True)
+class Affinity:
+    """A job whose child process records the cores it may run on, while its sibling runs."""
+
+    key: str
+    log_path: Path
+    record: Path
+    memory: int = 1
+    cpus: int = 1
+
+    def run(self) -> str:
+        self.record.write_text(json.dumps(sorted(os.sched_getaffinity(0))))
+        time.sleep(0.5)
+        return "ok"
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="pinning needs Linux and two cores",
+)
+def test_runs_at_once_are_pinned_to_disjoint_cores_and_a_lone_run_keeps_every_core(tmp_path):
+    from zoo.bench.local import pin_plan
+
+    mine = sorted(os.sched_getaffinity(0))
+    pair = [Affinity(f"p{i}", tmp_path / f"p{i}.log", tmp_path / f"p{i}.json") for i in range(2)]
+    stream = io.StringIO()
+    results = run_local(pair, jobs=2, memory=None, cpus=2, progress="off", stream=stream)
+    assert {r.state for r in results} == {"done"}
+    seen = [json.loads(j.record.read_text()) for j in pair]
+    assert [len(c) for c in seen] == [1, 1] and seen[0] != seen[1]
+    assert set(seen[0] + seen[1]) <= set(mine)
+    assert f"started p0 on core(s) {seen[0][0]}" in stream.getvalue()
+    # the bench's own process is not pinned, and a lone run keeps every core
+    assert sorted(os.sched_getaffinity(0)) == mine
+    lone = Affinity("lone", tmp_path / "lone.log", tmp_path / "lone.json")
+    run_local([lone], jobs=2, memory=None, cpus=2, progress="off", stream=io.StringIO())
+    assert json.loads(lone.record.read_text()) == mine
+    # the plan: cores leave the free list as they are given; too few free cores: not pinned
+    free = [0, 1, 2]
+    assert pin_plan(free, 2, 2) == [0, 1] and free == [2]
+    assert pin_plan(free, 2, 2) is None and free == [2]
+    assert pin_plan([0, 1], 1, 1) is None
+
+
 @pytest.mark.unit
 def test_admit_keeps_jobs_within_memory_cores_and_count():
     @dataclass(frozen=True)

@@ -949,7 +949,12 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="the Ray cluster to join (default auto: the one this machine belongs to)",
     )
-    p.add_argument("--cpus-per-run", type=_COUNT, default=1, help="CPU cores each run claims")
+    p.add_argument(
+        "--cpus-per-run",
+        type=_COUNT,
+        default=1,
+        help="CPU cores each run claims (local runs at once are pinned to theirs)",
+    )
     p.add_argument(
         "--gpus-per-run",
         type=_finite,

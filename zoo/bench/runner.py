@@ -179,7 +179,7 @@ def bench(
             count = default_jobs(todo, cpus, budget) if jobs is None else jobs
             log(
                 f"launcher local: up to {count} run(s) at once on {cpus} core(s), "
-                f"{cpus_per_run} each, within "
+                f"{cpus_per_run} each{' (pinned)' if min(count, len(todo)) > 1 else ''}, within "
                 f"{_gib(budget) if budget is not None else 'unknown'} of memory (largest planned "
                 f"peak {_gib(max(t.memory for t in todo))}); logs in {root / 'logs'}"
             )
