@@ -110,10 +110,23 @@ ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
         "drq_eps",
         {"network.torso": SAME_TORSO, "network.shared_hidden": True},
     ),
+    # the same, with the target read as a network of its own: the learner's rule off (two passes
+    # at s′ where the target, synced every update, equals the online network)
+    "drq_eps, SAME, shared, target kept": (
+        "drq_eps",
+        {"network.torso": SAME_TORSO, "network.shared_hidden": True},
+    ),
 }
+
+#: Rows whose learner reads the target network as its own even where it equals the online one.
+TARGET_KEPT = {"drq_eps, SAME, shared, target kept"}
 
 #: The rows of the ``algorithms`` workload to run (``--rows``; default every row).
 ROWS: list[str] | None = None
+
+#: Items of the replay the ``algorithms`` rows sample from (``--replay-capacity``): 1M, the
+#: presets' (about 7 GiB of frames); fewer where the memory is taken, e.g. by runs beside.
+CAPACITY = 1_000_000
 
 #: PQN beside DQN, each preset as users run it (its own environments, network, replay or
 #: rollout; a DQN replay's warm-up lowered so that learning starts inside the run):
@@ -517,7 +530,7 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
     for name, (entry, extra) in [*ALGORITHMS.items(), ("r2d2", ("r2d2", {}))]:
         if ROWS is not None and name not in ROWS:
             continue
-        overrides: dict[str, Any] = {"replay.capacity": 1_000_000, "replay.min_size": 50_000}
+        overrides: dict[str, Any] = {"replay.capacity": CAPACITY, "replay.min_size": 50_000}
         if entry == "r2d2":
             overrides = {}
         spec = zoo.load_algorithm(entry, overrides={**overrides, **extra})
@@ -537,6 +550,8 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
             core_state=net.initial_state() if spec.recurrent else None,
         )
         learner = Learner(spec)
+        if name in TARGET_KEPT:
+            learner.target_is_online = False
         loop = Loop(spec, env, learner, replay, net.initial_state() if spec.recurrent else None)
         carry = loop.init(learner.init(net, jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
         full = carry.replay._replace(
@@ -638,9 +653,16 @@ def main(argv: list[str] | None = None) -> int:
         help="semicolon-separated rows of the algorithms workload (default: all), e.g. "
         "'dqn;fqf;fqf, BTR torso'",
     )
+    parser.add_argument(
+        "--replay-capacity",
+        type=int,
+        default=1_000_000,
+        help="items of the replay the algorithms rows sample from (default 1,000,000)",
+    )
     args = parser.parse_args(argv)
+    global CAPACITY, ROWS
+    CAPACITY = args.replay_capacity
     if args.rows:
-        global ROWS
         ROWS = [r.strip() for r in args.rows.split(";")]
         unknown = [r for r in ROWS if r not in ALGORITHMS and r != "r2d2"]
         if unknown:
@@ -661,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
             argv_child.append("--quick")
         if args.rows:
             argv_child += ["--rows", args.rows]
+        argv_child += ["--replay-capacity", str(args.replay_capacity)]
         print(f"… zoo {name}", file=sys.stderr, flush=True)
         out, peak, err = run_child(argv_child, timeout=3600)
         results[f"zoo:{name}"] = {"result": out, "peak_rss_gib": peak, "stderr": err}

@@ -237,3 +237,52 @@ def test_train_refuses_observations_the_spec_cannot_take(tmp_path, monkeypatch, 
     assert code == 2, err.getvalue()
     assert message in err.getvalue() and "Traceback" not in err.getvalue()
     assert not run.exists()
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("noisy", [False, True])
+def test_a_target_synced_every_update_is_read_as_the_online_network(noisy):
+    """DrQ(ε)'s and DER's ``target_update_period: 1``: the target equals the online network at
+    every update, so the learner gives the loss the online network as its target: the update is
+    the one with the kept target (to float tolerance), with one pass at s′ fewer where the pass
+    draws nothing (no noisy layers: DER's noisy network keeps its two noise samples)."""
+    overrides = {
+        "network.torso": {"kind": "minatar_cnn", "channels": 2},
+        "network.hidden": [4],
+        "network.noisy": noisy,
+        "replay.batch_size": 8,
+    }
+    spec = zoo.load_algorithm("drq_eps", overrides=overrides)
+    assert spec.schedule.target_update_period == 1 and spec.loss.bootstrap.kind == "double"
+    net = zoo.build_network(spec, observation_shape=(2, 6, 6), num_actions=3, key=jax.random.key(0))
+    shared, kept = Learner(spec), Learner(spec)
+    assert shared.target_is_online
+    kept.target_is_online = False  # the update as it is without the rule: two passes at s′
+    state = shared.init(net, jax.random.key(1))
+    batch = transitions()
+    new, aux = eqx.filter_jit(shared.update)(state, batch)
+    expected, expected_aux = eqx.filter_jit(kept.update)(state, batch)
+    for name in aux.metrics:
+        np.testing.assert_allclose(aux.metrics[name], expected_aux.metrics[name], rtol=1e-6)
+    for a, b in zip(
+        jax.tree.leaves(eqx.filter(new, eqx.is_inexact_array)),
+        jax.tree.leaves(eqx.filter(expected, eqx.is_inexact_array)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    # the target kept in the state is the online network after the update, exactly
+    for a, b in zip(
+        jax.tree.leaves(eqx.filter(new.online, eqx.is_inexact_array)),
+        jax.tree.leaves(eqx.filter(new.target, eqx.is_inexact_array)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+
+    def convolutions(learner: Learner) -> int:
+        params, static = eqx.partition(state, eqx.is_array)
+        step = jax.jit(lambda p, b: learner.update(eqx.combine(p, static), b))
+        return step.lower(params, batch).as_text().count("stablehlo.convolution")
+
+    # one convolution per pass of the minatar torso; its backward pass adds one (the kernel's)
+    assert convolutions(kept) == 4
+    assert convolutions(shared) == (4 if noisy else 3)

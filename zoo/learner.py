@@ -10,7 +10,10 @@ training loop runs whichever learner it is given, and a run picks it with
 
 Target updates happen every ``schedule.target_update_period`` learner updates:
 ``target ← rate·online + (1 − rate)·target`` with ``rate = schedule.target_update_rate`` (1 copies
-the online parameters, as DQN; below 1 is Polyak averaging).
+the online parameters, as DQN; below 1 is Polyak averaging). With a period of 1 and a rate of 1
+the target equals the online network at every update (``1·online + 0·target``, exactly), so the
+loss is given the online network as its target (``target=None``, :class:`zoo.losses.Loss`) and
+reads one pass at s′ where it would read two (:attr:`Learner.target_is_online`).
 
 With an ``augmentation`` in the spec, each update first augments the batch's observations
 (:mod:`zoo.augmentation`) with a key split from the update's loss key (and, data-parallel, folded
@@ -69,6 +72,10 @@ class Learner:
       num_shards: the parts each update's batch is split into (1: taken whole).
       num_processes: the processes one update spans (1).
       traceable: whether :meth:`update` may be called inside ``jit`` or ``lax.scan`` (true).
+      target_is_online: whether the target equals the online network at every update
+        (``target_update_period`` 1, ``target_update_rate`` 1): the loss then reads the online
+        network as its target, under stop-gradient; the target is still kept (and saved) as it
+        is otherwise.
     """
 
     num_devices = 1
@@ -84,6 +91,7 @@ class Learner:
         self.optimizer = build_optimizer(spec.optimizer)
         self.target_update_period = int(spec.schedule.target_update_period)
         self.target_update_rate = float(spec.schedule.target_update_rate)
+        self.target_is_online = self.target_update_period == 1 and self.target_update_rate == 1.0
 
     def init(self, network: Any, key: jax.Array) -> LearnerState:
         """Initial state: the target starts as an exact copy of ``network``."""
@@ -117,8 +125,9 @@ class Learner:
             batch = augment_batch(self.augment, augment_key, batch)
 
         def objective(online: Any) -> tuple[jax.Array, LossAux]:
+            target = None if self.target_is_online else state.target
             return self.loss(
-                online=online, target=state.target, batch=batch, key=loss_key, step=state.updates
+                online=online, target=target, batch=batch, key=loss_key, step=state.updates
             )
 
         (_, aux), grads = eqx.filter_value_and_grad(objective, has_aux=True)(state.online)

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -167,12 +168,25 @@ class Loss:
     def __call__(
         self,
         online: Any,
-        target: Any,
+        target: Any | None,
         batch: Transition | SequenceBatch,
         key: Array,
         step: Array | int = 0,
     ) -> tuple[Array, LossAux]:
-        """The scalar loss (differentiable w.r.t. ``online``) and its :class:`LossAux`."""
+        """The scalar loss (differentiable w.r.t. ``online``) and its :class:`LossAux`.
+
+        ``target=None``: the target network *is* the online one, under stop-gradient (the
+        learner passes it where the target is synced after every update, so that the two are
+        equal at every update: Dopamine's DrQ(ε) and DER, ``target_update_period: 1``). The
+        bootstrap then reads one pass of the online network at s′ for both the selection and the
+        evaluation where that pass draws nothing (no noisy layers, no sampling head), instead of
+        two passes of equal networks.
+        """
+        shared = target is None
+        if target is None:
+            target = jax.tree.map(
+                lambda x: jax.lax.stop_gradient(x) if eqx.is_array(x) else x, online
+            )
         if isinstance(batch, TargetBatch):
             parts = self._target_items(online, batch, key)
         elif self.recurrent:
@@ -188,20 +202,23 @@ class Loss:
                     f"{self.spec.name or 'this spec'} learns from zoo.Transition, "
                     f"got {type(batch).__name__}"
                 )
-            parts = self._transition_items(online, target, batch, key)
+            parts = self._transition_items(online, target, batch, key, shared=shared)
         return self._reduce(*parts, probability=batch.probability, step=step)
 
     # ---------------------------------------------------------------- single transitions
 
     def _transition_items(
-        self, online: Any, target: Any, batch: Transition, key: Array
+        self, online: Any, target: Any, batch: Transition, key: Array, shared: bool = False
     ) -> tuple[Array, Array, Array, Array]:
         k_online, k_select, k_target, k_target_tm1 = jax.random.split(key, 4)
         sg = jax.lax.stop_gradient
         axis = self._axis_name
         out_tm1 = _apply(online, batch.observation, k_online, "learn", axis)
         select_t = sg(_apply(online, batch.next_observation, k_select, "bootstrap", axis))
-        out_t = sg(_apply(target, batch.next_observation, k_target, "bootstrap", axis))
+        if shared and not (self.spec.network.noisy or getattr(online, "samples", False)):
+            out_t = select_t  # the target is the online network and the pass draws nothing
+        else:
+            out_t = sg(_apply(target, batch.next_observation, k_target, "bootstrap", axis))
         if self._bonus_online:
             bonus_tm1 = sg(out_tm1.q_values)
         else:
