@@ -242,10 +242,10 @@ def test_train_refuses_observations_the_spec_cannot_take(tmp_path, monkeypatch, 
 @pytest.mark.compiled
 @pytest.mark.parametrize("noisy", [False, True])
 def test_a_target_synced_every_update_is_read_as_the_online_network(noisy):
-    """DrQ(ε)'s and DER's ``target_update_period: 1``: the target equals the online network at
+    """DrQ(ε)'s ``target_update_period: 1``: the target equals the online network at
     every update, so the learner gives the loss the online network as its target: the update is
     the one with the kept target (to float tolerance), with one pass at s′ fewer where the pass
-    draws nothing (no noisy layers: DER's noisy network keeps its two noise samples)."""
+    draws nothing (no noisy layers: a noisy network keeps its two noise samples)."""
     overrides = {
         "network.torso": {"kind": "minatar_cnn", "channels": 2},
         "network.hidden": [4],

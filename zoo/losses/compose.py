@@ -177,7 +177,7 @@ class Loss:
 
         ``target=None``: the target network *is* the online one, under stop-gradient (the
         learner passes it where the target is synced after every update, so that the two are
-        equal at every update: Dopamine's DrQ(ε) and DER, ``target_update_period: 1``). The
+        equal at every update: Dopamine's DrQ(ε), ``target_update_period: 1``). The
         bootstrap then reads one pass of the online network at s′ for both the selection and the
         evaluation where that pass draws nothing (no noisy layers, no sampling head), instead of
         two passes of equal networks.
