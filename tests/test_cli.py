@@ -558,3 +558,23 @@ def test_console_script(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert list(listed(result.stdout)) == ["mdqn"]
+
+
+# ------------------------------------------------------------------------------------- help
+
+#: ``zoo train|reproduce|bench --help`` as recorded before the run settings became one table
+#: (issue 35), at 100 columns; argparse's layout is Python 3.11's (the version CI runs).
+HELP_FILES = Path(__file__).parent / "help"
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="help recorded with Python 3.11")
+@pytest.mark.parametrize("command", ["train", "reproduce", "bench"])
+def test_help_of_the_run_commands_is_unchanged(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == (HELP_FILES / f"{command}.txt").read_text()
