@@ -33,17 +33,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import math
 import os
 import re
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from zoo import __version__, registry, spec, stops
 from zoo.fileio import UnsafeFileError, write_atomic
 from zoo.metrics import PROGRESS_VARIABLE, ProgressMode, ProgressModeError
+from zoo.runs import flags as run_flags
+from zoo.runs.flags import finite, whole
+from zoo.runs.settings import MAX_NUM_ENVS, MAX_SEED
 
 __all__ = ["main"]
 
@@ -254,31 +256,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         result = train(
             args.algorithm,
-            env=args.env,
-            total_env_steps=args.steps,
-            seed=args.seed,
             overrides=spec.parse_overrides(args.set or []),
             run_dir=args.run_dir,
             resume=args.resume,
             restart=args.restart,
-            num_envs=args.num_envs,
-            protocol=args.protocol,
-            eval_every=args.eval_every,
-            eval_episodes=args.eval_episodes,
-            eval_max_steps=args.eval_max_steps,
-            eval_envs=args.eval_envs,
-            checkpoint_every=args.checkpoint_every,
-            save_replay=False if args.no_replay_checkpoint else None,
-            stop_at_return=args.stop_at_return,
-            loop=args.loop,
-            actor_devices=args.actor_devices,
-            learner_devices=args.learner_devices,
-            max_lag=args.max_lag,
             coordinator=group.coordinator,
             num_processes=group.num_processes,
             process_id=group.process_id,
             distributed=args.distributed,
             on_start=lambda path: print(f"run directory: {path}", file=sys.stderr),
+            **run_flags.given(args, "train"),
         )
     except RunRefusedError as e:
         print(f"zoo train: {e}", file=sys.stderr)
@@ -435,12 +422,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             frames=args.frames,
             run_dir=args.run_dir,
             reference=args.reference,
-            eval_episodes=args.eval_episodes,
-            eval_every=args.eval_every,
-            checkpoint_every=args.checkpoint_every,
-            num_envs=args.num_envs,
-            loop=args.loop,
             overrides=spec.parse_overrides(args.set or []),
+            **run_flags.given(args, "reproduce"),
         )
     except (ref_lib.ProtocolMismatchError, ref_lib.UnknownSeriesError) as e:
         return _reference_error("reproduce", e)
@@ -531,17 +514,12 @@ def _bench_run(args: argparse.Namespace) -> int:
         launcher=args.launcher,
         ray_address=args.ray_address,
         overrides=spec.parse_overrides(args.set or []),
-        eval_episodes=args.eval_episodes,
-        eval_every=args.eval_every,
-        eval_max_steps=args.eval_max_steps,
-        checkpoint_every=args.checkpoint_every,
-        num_envs=args.num_envs,
-        loop=args.loop,
         cpus_per_run=args.cpus_per_run,
         gpus_per_run=args.gpus_per_run,
         progress=args.progress,
         reps=args.reps,
         log=lambda line: print(line, flush=True),
+        **run_flags.given(args, "bench"),
     )
     print(summary(result))
     if result.report:
@@ -552,38 +530,10 @@ def _bench_run(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
-def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse type: a whole number in ``[low, high]`` (0 is never read as "default")."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < low or (high is not None and value > high):
-            bound = f"from {low} to {high:,}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
-
-
-def _finite(text: str) -> float:
-    """An argparse type: a finite number."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
 #: Counts (at least 1), seeds (31 bits) and environment counts on the command line.
-_COUNT = _whole(1)
-_SEED = _whole(0, 2**31 - 1)
-_NUM_ENVS = _whole(1, 4096)
+_COUNT = whole(1)
+_SEED = whole(0, MAX_SEED)
+_NUM_ENVS = whole(1, MAX_NUM_ENVS)
 
 
 def _progress(text: str) -> str:
@@ -720,13 +670,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train an algorithm or preset; writes a run directory")
     p.add_argument("algorithm", nargs="?", help="catalogue name, preset, FILE.yaml[:ENTRY]")
-    p.add_argument("--env", help="environment id (default: the preset's, else CartPole-v1)")
-    p.add_argument(
-        "--steps",
-        type=_COUNT,
-        help="budget in transitions (agent steps, all envs); with --resume, the new budget",
-    )
-    p.add_argument("--seed", type=_SEED, help="seed (default 0)")
+    run_flags.add_flags(p, "train", ["env", "total_env_steps", "seed"])
     p.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="dotted override, e.g. loss.n_step=3"
     )
@@ -746,51 +690,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --resume: start a run that stopped before its first checkpoint over from "
         "scratch, with its own spec and settings",
     )
-    p.add_argument("--num-envs", type=_NUM_ENVS, help="parallel environments")
-    p.add_argument("--protocol", help="evaluation protocol (default: the environment's)")
-    p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
-    p.add_argument("--eval-episodes", type=_COUNT, help="games per evaluation (default 10)")
-    p.add_argument("--eval-max-steps", type=_COUNT, help="cap on agent steps per evaluation")
-    p.add_argument(
-        "--eval-envs",
-        type=_NUM_ENVS,
-        help="environments an evaluation plays at once, each with its share of the games "
-        "(default: one per game, at most 16)",
-    )
-    p.add_argument("--checkpoint-every", type=_COUNT, help="transitions between checkpoints")
-    p.add_argument(
-        "--no-replay-checkpoint",
-        action="store_true",
-        help="leave the replay out of checkpoints (a resumed run refills it)",
-    )
-    p.add_argument("--stop-at-return", type=_finite, help="stop once an evaluation reaches this")
-    p.add_argument(
-        "--loop",
-        "--driver",
-        dest="loop",
-        choices=["auto", "host", "compiled", "async"],
-        help="the driver. host: envpool's Python API between jitted steps; compiled: compiled "
-        "chunks with envpool's XLA step (same semantics); auto (default): compiled for vector "
-        "observations, host for images (XLA:CPU's convolutions are slow inside loops); async: "
-        "an actor thread on its own device beside the learner (not deterministic; on a CPU "
-        "host it asks JAX for one virtual device each)",
-    )
-    p.add_argument(
-        "--actor-devices",
-        help="--loop async: the actor's device, an index of jax.local_devices() or 'cpu' "
-        "(default: device 0, or the CPU beside a single accelerator)",
-    )
-    p.add_argument(
-        "--learner-devices",
-        help="--loop async: the learner's devices, e.g. 1,2 (default: the devices the actor "
-        "does not use; the update is data-parallel over several)",
-    )
-    p.add_argument(
-        "--max-lag",
-        type=_COUNT,
-        help="--loop async: the most updates the actor's parameters may trail the learner's "
-        "(default 1, as the synchronous drivers)",
-    )
+    run_flags.add_flags(p, "train")  # the other settings, in the table's order
     p.add_argument(
         "--coordinator",
         metavar="HOST:PORT",
@@ -873,7 +773,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("preset", help="preset name or file")
     p.add_argument("--games", nargs="+", help="games or env ids (default: the preset's)")
-    p.add_argument("--seeds", type=_whole(1, 1000), default=1, help="seeds 0..N-1 (default 1)")
+    p.add_argument("--seeds", type=whole(1, 1000), default=1, help="seeds 0..N-1 (default 1)")
     p.add_argument(
         "--frames",
         type=_COUNT,
@@ -881,11 +781,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--run-dir", default="reproduce", help="output folder (default ./reproduce)")
     p.add_argument("--reference", metavar="SERIES", help="compare with this series instead")
-    p.add_argument("--eval-episodes", type=_COUNT, default=10, help="games per evaluation")
-    p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
-    p.add_argument(
-        "--checkpoint-every", type=_COUNT, help="transitions between each run's checkpoints"
-    )
+    run_flags.add_flags(p, "reproduce", ["eval_episodes", "eval_every", "checkpoint_every"])
     p.add_argument(
         "--set",
         action="append",
@@ -893,15 +789,7 @@ def _parser() -> argparse.ArgumentParser:
         help="dotted override of the preset for new runs, e.g. replay.capacity=400000 (recorded "
         "in each run's spec; comparisons note the runs that differ from the preset)",
     )
-    p.add_argument(
-        "--num-envs", type=_NUM_ENVS, help="parallel environments (default: the preset's)"
-    )
-    p.add_argument(
-        "--loop",
-        choices=["auto", "host", "compiled"],
-        help="loop path of new runs (as zoo train's --loop; default auto); resumed runs keep "
-        "theirs",
-    )
+    run_flags.add_flags(p, "reproduce")  # the other settings it offers
     _progress_option(p)
     p.set_defaults(func=_cmd_reproduce)
 
@@ -924,7 +812,7 @@ def _parser() -> argparse.ArgumentParser:
         help="catalogue names, presets (preset:NAME) or files; after report: the folder",
     )
     p.add_argument("--list-suites", action="store_true", help="list the suites and exit")
-    p.add_argument("--seeds", type=_whole(1, 1000), default=1, help="seeds 0..N-1 (default 1)")
+    p.add_argument("--seeds", type=whole(1, 1000), default=1, help="seeds 0..N-1 (default 1)")
     p.add_argument(
         "--frames",
         type=_COUNT,
@@ -957,7 +845,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--gpus-per-run",
-        type=_finite,
+        type=finite,
         default=0.0,
         help="GPUs each run claims on Ray (fractions share a GPU; default 0)",
     )
@@ -967,18 +855,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="dotted override for every new run, e.g. replay.capacity=400000",
     )
-    p.add_argument("--eval-episodes", type=_COUNT, help="games per evaluation (default 10)")
-    p.add_argument("--eval-every", type=_COUNT, help="transitions between evaluations")
-    p.add_argument(
-        "--eval-max-steps",
-        type=_COUNT,
-        help="cap on agent steps per evaluation of new runs (games unfinished at the cap are "
-        "left out of it)",
-    )
-    p.add_argument("--checkpoint-every", type=_COUNT, help="transitions between checkpoints")
-    p.add_argument("--num-envs", type=_NUM_ENVS, help="parallel environments of new runs")
-    p.add_argument(
-        "--loop", choices=["auto", "host", "compiled"], help="loop path of new runs (as zoo train)"
+    run_flags.add_flags(
+        p,
+        "bench",
+        ["eval_episodes", "eval_every", "eval_max_steps", "checkpoint_every", "num_envs", "loop"],
     )
     p.add_argument(
         "--reps", type=_COUNT, default=50000, help="bootstrap resamples of the report's intervals"

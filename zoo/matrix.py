@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zoo.rundir import RunDir, RunSettingsError, safe_component
+from zoo.runs.settings import check_given
+
+#: The settings a matrix decides for each of its runs (never given among the new-run settings).
+MATRIX_DECIDES = ("env", "seed", "total_env_steps", "protocol")
 
 __all__ = [
     "RunOutcome",
@@ -52,9 +56,9 @@ class RunTarget:
       preset: the preset's name when ``algorithm`` names a preset (``run.yaml``'s ``preset``).
       protocol: the evaluation protocol; ``None`` lets the preset or environment choose.
       overrides: dotted overrides for a new run (a resumed run keeps its own spec).
-      eval_episodes, eval_every, eval_max_steps, checkpoint_every, num_envs, loop: settings of a
-        new run, as :func:`zoo.run.train` takes them (``None``: its default); a resumed run keeps
-        its own.
+      settings: the other settings of a new run, by their names in
+        :class:`zoo.runs.settings.RunSettings`, as :func:`zoo.run.train` takes them (left out:
+        its default); a resumed run keeps its own.
     """
 
     path: Path
@@ -65,12 +69,7 @@ class RunTarget:
     preset: str | None = None
     protocol: str | None = None
     overrides: Mapping[str, Any] | None = None
-    eval_episodes: int | None = None
-    eval_every: int | None = None
-    eval_max_steps: int | None = None
-    checkpoint_every: int | None = None
-    num_envs: int | None = None
-    loop: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def expected(self) -> dict[str, Any]:
         """The ``run.yaml`` values a run found in :attr:`path` must have to be this run."""
@@ -111,12 +110,25 @@ def run_targets(
     envs: Sequence[str],
     seeds: int,
     env_steps: int,
-    **settings: Any,
+    *,
+    preset: str | None = None,
+    protocol: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[RunTarget]:
     """The targets ``ROOT/<folder>/<env>/seed<k>`` of one algorithm over ``envs`` × seeds
-    ``0 .. seeds-1`` (environment-major), with the same ``settings`` (the other fields of
-    :class:`RunTarget`); environment ids become folder names through
-    :func:`zoo.rundir.safe_component`."""
+    ``0 .. seeds-1`` (environment-major), with the same ``preset``, ``protocol``, ``overrides``
+    and new-run ``settings`` (see :class:`RunTarget`); environment ids become folder names
+    through :func:`zoo.rundir.safe_component`.
+
+    Raises:
+      TypeError: ``settings`` names a setting the matrix itself decides, or no setting at all.
+    """
+    chosen = dict(settings or {})
+    fixed = sorted(set(chosen) & set(MATRIX_DECIDES))
+    if fixed:
+        raise TypeError(f"{fixed}: a matrix decides each run's {', '.join(MATRIX_DECIDES)}")
+    check_given(chosen)
     base = Path(root) / folder
     return [
         RunTarget(
@@ -125,7 +137,10 @@ def run_targets(
             env=env,
             seed=seed,
             env_steps=env_steps,
-            **settings,
+            preset=preset,
+            protocol=protocol,
+            overrides=overrides,
+            settings=chosen,
         )
         for env in envs
         for seed in range(seeds)
@@ -243,13 +258,8 @@ def ensure_run(
             seed=target.seed,
             run_dir=path,
             protocol=target.protocol,
-            eval_every=target.eval_every,
-            eval_max_steps=target.eval_max_steps,
-            checkpoint_every=target.checkpoint_every,
-            eval_episodes=target.eval_episodes,
             progress=progress,
-            num_envs=target.num_envs,
-            loop=target.loop,
+            **target.settings,
         )
         action, status = "trained", "trained"
     if result.interrupted:

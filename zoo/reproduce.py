@@ -101,14 +101,10 @@ def reproduce(
     frames: int | None = None,
     run_dir: str | os.PathLike[str] = "reproduce",
     reference: str | None = None,
-    eval_episodes: int = 10,
-    eval_every: int | None = None,
-    checkpoint_every: int | None = None,
     overrides: Mapping[str, Any] | None = None,
-    num_envs: int | None = None,
-    loop: str | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    **settings: Any,
 ) -> ReproduceResult:
     """Train ``preset`` on games × seeds (reusing or resuming runs), then compare.
 
@@ -119,16 +115,14 @@ def reproduce(
       frames: budget in frames (default: the preset's budget); agent steps = frames / frame skip.
       run_dir: the folder holding ``<preset>/<game>/seed<k>`` and the comparison files.
       reference: a series id to compare with instead of the preset's (same protocol only).
-      eval_episodes, eval_every: evaluation size and cadence (transitions) of each run.
-      checkpoint_every: transitions between each run's checkpoints (default: a fifth of the
-        budget); a long run interrupted loses at most this much.
       overrides: dotted overrides of the preset for new runs (``{"replay.capacity": 400000}``
         where the preset's replay does not fit); a resumed run keeps its own spec.
-      num_envs: parallel environments (default: the preset's).
-      loop: the loop path of new runs (``auto``, ``host`` or ``compiled``; see
-        :func:`zoo.run.train`); a resumed run keeps its own.
       progress: show each run's progress line on a terminal.
       log: where status lines go.
+      settings: settings of new runs by their names in :class:`zoo.runs.settings.RunSettings`
+        (``eval_episodes``, ``eval_every``, ``checkpoint_every`` (default: a fifth of the
+        budget; a long run interrupted loses at most this much), ``num_envs``, ``loop``, ...),
+        as :func:`zoo.run.train` takes them; a resumed run keeps its own.
 
     Raises:
       ReproduceError: the preset has no budget and no ``frames`` was given, a game is unknown, or a
@@ -174,11 +168,7 @@ def reproduce(
         preset=loaded.name,
         protocol=protocol,
         overrides=overrides,
-        eval_episodes=eval_episodes,
-        eval_every=eval_every,
-        checkpoint_every=checkpoint_every,
-        num_envs=num_envs,
-        loop=loop,
+        settings=settings,
     )
     try:
         for target in targets:  # every folder checked before any run trains

@@ -20,17 +20,15 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import math
-import numbers
 import os
 import platform
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -40,6 +38,8 @@ from zoo import spec as spec_lib
 from zoo.fileio import read_text, write_atomic
 from zoo.memory import MemoryPlan
 from zoo.rundir import RunDir, RunError, RunRefusedError, RunSettings, RunSettingsError
+from zoo.runs import settings as run_settings
+from zoo.runs.settings import DEFAULT_EVAL_ENVS, MAX_NUM_ENVS, MAX_SEED, eval_envs_for
 from zoo.spec import AlgorithmSpec, SpecError
 
 __all__ = [
@@ -248,167 +248,54 @@ def _resolve(
     return spec_lib.load_algorithm(name, overrides=overrides), None, {}
 
 
-#: The largest seed (seeds are 31-bit: envpool's and the evaluation's seeds derive from them).
-MAX_SEED = 2**31 - 1
-#: The most parallel environments one run may ask for.
-MAX_NUM_ENVS = 4096
-#: The most environments an evaluation plays at once unless asked for more.
-DEFAULT_EVAL_ENVS = 16
-
-
-def eval_envs_for(
-    episodes: int,
-    num_envs: int | None,
-    flags: tuple[str, str] = ("--eval-envs", "--eval-episodes"),
-) -> int:
-    """Environments an evaluation of ``episodes`` games plays at once: ``num_envs``, or by
-    default one per game, at most :data:`DEFAULT_EVAL_ENVS` (the games of one environment are
-    played in sequence).
-
-    Raises:
-      RunRefusedError: more environments than games (``flags`` name the two in the message).
-    """
-    if num_envs is None:
-        return max(1, min(int(episodes), DEFAULT_EVAL_ENVS))
-    if num_envs > episodes:
-        raise RunRefusedError(
-            f"{flags[0]} {num_envs} is more than {flags[1]} {episodes}: the environments past "
-            f"the games' count would play games that never count; ask for at most {episodes}"
-        )
-    return num_envs
-
-
-#: ``train`` argument -> (the ``zoo train`` flag that sets it, smallest value, largest value).
-_COUNTS: dict[str, tuple[str, int, int | None]] = {
-    "total_env_steps": ("--steps", 1, None),
-    "num_envs": ("--num-envs", 1, MAX_NUM_ENVS),
-    "eval_every": ("--eval-every", 1, None),
-    "eval_episodes": ("--eval-episodes", 1, None),
-    "eval_max_steps": ("--eval-max-steps", 1, None),
-    "eval_envs": ("--eval-envs", 1, MAX_NUM_ENVS),
-    "checkpoint_every": ("--checkpoint-every", 1, None),
-    "log_every": ("log_every", 1, None),
-    "seed": ("--seed", 0, MAX_SEED),
-    "max_lag": ("--max-lag", 1, 1000),
-}
-
-#: Settings a resumed run keeps, with the flag that would change them.
-_FLAGS = {
-    "env": "--env",
-    "protocol": "--protocol",
-    "seed": "--seed",
-    "num_envs": "--num-envs",
-    "eval_every": "--eval-every",
-    "eval_episodes": "--eval-episodes",
-    "eval_max_steps": "--eval-max-steps",
-    "eval_envs": "--eval-envs",
-    "checkpoint_every": "--checkpoint-every",
-    "log_every": "log_every",
-    "save_replay": "--no-replay-checkpoint",
-    "stop_at_return": "--stop-at-return",
-    "loop": "--loop",
-    "actor_devices": "--actor-devices",
-    "learner_devices": "--learner-devices",
-    "max_lag": "--max-lag",
-}
-
-
-def check_count(name: str, value: Any) -> int | None:
-    """``value`` of the count ``name`` (``None`` passes), or :class:`RunRefusedError` naming the
-    flag and the allowed range: zero and negative counts are refused, never read as a default."""
-    if value is None:
-        return None
-    flag, low, high = _COUNTS[name]
-    label = name if flag == name else f"{flag} ({name})"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise RunRefusedError(f"{label} must be a whole number, got {value!r}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        bound = f"from {low} to {high:,}" if high is not None else f"at least {low}"
-        raise RunRefusedError(f"{label} must be {bound}, got {value}")
-    return value
-
-
 @dataclass(frozen=True)
 class TrainRequest:
-    """What :func:`train` was asked, as one value: the algorithm, where the run goes, and the
-    settings given. ``None`` means "not given" for every setting (filled in from the preset or
-    the defaults for a new run; a resumed run keeps its own and refuses another)."""
+    """What :func:`train` was asked, as one value: the algorithm, where the run goes, how the
+    process joins others, and the run settings given (by their names in :class:`RunSettings`;
+    a setting left out or ``None`` is "not given": filled in from the preset or the table's rules
+    for a new run, kept by a resumed run, which refuses another)."""
 
     algorithm: str | os.PathLike[str] | AlgorithmSpec | None = None
-    env: str | None = None
-    total_env_steps: int | None = None
-    seed: int | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
     overrides: Mapping[str, Any] | None = None
     run_dir: str | os.PathLike[str] | None = None
     resume: str | os.PathLike[str] | None = None
     restart: bool = False
-    num_envs: int | None = None
-    protocol: str | None = None
-    eval_every: int | None = None
-    eval_episodes: int | None = None
-    eval_max_steps: int | None = None
-    eval_envs: int | None = None
-    checkpoint_every: int | None = None
-    log_every: int | None = None
-    save_replay: bool | None = None
-    stop_at_return: float | None = None
-    loop: str | None = None
-    actor_devices: str | None = None
-    learner_devices: str | None = None
-    max_lag: int | None = None
     coordinator: str | None = None
     num_processes: int | None = None
     process_id: int | None = None
     distributed: bool = False
     progress: bool = True
     on_start: Callable[[Path], None] | None = None
+    #: the table of settings (:class:`RunSettings` or a subclass with more of them)
+    table: type[RunSettings] = RunSettings
 
-    #: The fields that are settings of the run (``run.yaml``), given or not.
-    SETTINGS: ClassVar[tuple[str, ...]] = (
-        "env",
-        "protocol",
-        "seed",
-        "num_envs",
-        "eval_every",
-        "eval_episodes",
-        "eval_max_steps",
-        "eval_envs",
-        "checkpoint_every",
-        "log_every",
-        "save_replay",
-        "stop_at_return",
-        "loop",
-        "actor_devices",
-        "learner_devices",
-        "max_lag",
-    )
+    @property
+    def total_env_steps(self) -> int | None:
+        """The budget asked for (``None``: not given)."""
+        return self.settings.get("total_env_steps")
+
+    @property
+    def loop(self) -> str | None:
+        """The driver asked for (``None``: not given)."""
+        return self.settings.get("loop")
 
     def given(self) -> dict[str, Any]:
-        """The run settings as asked (``None`` where not given)."""
-        return {name: getattr(self, name) for name in self.SETTINGS}
+        """Every run setting of the table as asked (``None`` where not given)."""
+        return {row.name: self.settings.get(row.name) for row in run_settings.settings(self.table)}
 
     def check(self) -> None:
         """Refuse values no run can take, before anything is built or written.
 
         Raises:
           RunRefusedError: naming the flag and the allowed range.
+          TypeError: a setting the table does not have.
         """
-        for name in _COUNTS:
-            check_count(name, getattr(self, name))
-        target = self.stop_at_return
-        if target is not None and (
-            isinstance(target, bool)
-            or not isinstance(target, numbers.Real)
-            or not math.isfinite(float(target))
+        run_settings.check_given(self.settings, table=self.table)
+        async_only = ("actor_devices", "learner_devices", "max_lag")
+        if self.loop not in (None, "async") and any(
+            self.settings.get(name) is not None for name in async_only
         ):
-            raise RunRefusedError(f"--stop-at-return must be a finite number, got {target!r}")
-        if self.loop not in (None, "auto", "host", "compiled", "async"):
-            raise RunRefusedError(
-                f"--loop must be auto, host, compiled or async, got {self.loop!r}"
-            )
-        placed = (self.actor_devices, self.learner_devices, self.max_lag)
-        if self.loop not in (None, "async") and any(v is not None for v in placed):
             raise RunRefusedError(
                 "--actor-devices, --learner-devices and --max-lag place the asynchronous "
                 "driver: use them with --loop async"
@@ -438,26 +325,13 @@ def train(
     run_dir: str | os.PathLike[str] | None = None,
     resume: str | os.PathLike[str] | None = None,
     restart: bool = False,
-    num_envs: int | None = None,
-    protocol: str | None = None,
-    eval_every: int | None = None,
-    eval_episodes: int | None = None,
-    eval_max_steps: int | None = None,
-    eval_envs: int | None = None,
-    checkpoint_every: int | None = None,
-    log_every: int | None = None,
-    save_replay: bool | None = None,
-    stop_at_return: float | None = None,
-    loop: str | None = None,
-    actor_devices: str | None = None,
-    learner_devices: str | None = None,
-    max_lag: int | None = None,
     coordinator: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
     distributed: bool = False,
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
+    **settings: Any,
 ) -> RunResult:
     """Train an algorithm or preset; what ``zoo train`` does.
 
@@ -480,22 +354,6 @@ def train(
         ``protocol``, ``seed`` or setting is refused with what differs.
       restart: with ``resume``: start a run that stopped before its first checkpoint over from
         scratch, with its recorded spec and settings.
-      num_envs: parallel environments (default: the preset's, else 1).
-      protocol: evaluation protocol (default: the environment's).
-      eval_every, eval_episodes, eval_max_steps: evaluation cadence, size (default 10) and cap.
-      eval_envs: environments an evaluation plays at once (default: one per game, at most
-        :data:`DEFAULT_EVAL_ENVS`); each is assigned its share of the games before play starts
-        (:func:`zoo.envs.evaluate`), so the result does not favour short games.
-      checkpoint_every, log_every: in transitions.
-      save_replay: include the replay in checkpoints (default true).
-      stop_at_return: stop once an evaluation's mean return reaches this.
-      loop: ``"auto"`` (default: compiled where envpool's XLA interface exists), ``"host"``,
-        ``"compiled"`` or ``"async"`` (see :mod:`zoo.drivers`).
-      actor_devices, learner_devices: with ``loop="async"``: where the actor acts (one index of
-        ``jax.local_devices()``, or ``"cpu"``) and the learner learns (``"1,2"``); defaults:
-        :meth:`zoo.drivers.Placement.choose`.
-      max_lag: with ``loop="async"``: the most updates the actor's parameters may trail the
-        learner's (default 1).
       coordinator, num_processes, process_id: train as one of several processes joined by
         ``jax.distributed`` (:mod:`zoo.distributed`; default: one process). Every process is
         started with the same arguments (and a ``run_dir``); process 0 owns the run directory.
@@ -504,6 +362,15 @@ def train(
         Open MPI, ...), with whichever of the three values above are given.
       progress: show the progress line on a terminal.
       on_start: called with the run directory once it exists (tests use it).
+      settings: the other run settings by their names in :class:`RunSettings` (the table of
+        :mod:`zoo.runs.settings`, where each field's ``Arg`` gives its meaning, its flag and the
+        default of a new run): ``num_envs``, ``protocol``, ``eval_every``, ``eval_episodes``,
+        ``eval_max_steps``, ``eval_envs`` (environments an evaluation plays at once, each
+        assigned its share of the games before play starts, so the result does not favour
+        short games), ``checkpoint_every``, ``log_every``, ``save_replay``,
+        ``stop_at_return``, ``loop`` (``"auto"``, ``"host"``, ``"compiled"`` or ``"async"``;
+        see :mod:`zoo.drivers`), and, with ``loop="async"``, ``actor_devices``,
+        ``learner_devices`` and ``max_lag``.
 
     Returns:
       A :class:`RunResult`.
@@ -514,30 +381,15 @@ def train(
         directory that is not empty or in use, a resume that would change the run, a budget
         below ``replay.min_size``, a network or replay that cannot fit in memory).
       RunError: the run failed (a non-finite loss, a full disk, no intact checkpoint).
+      TypeError: a keyword that is no setting.
     """
     request = TrainRequest(
         algorithm=algorithm,
-        env=env,
-        total_env_steps=total_env_steps,
-        seed=seed,
+        settings={"env": env, "total_env_steps": total_env_steps, "seed": seed, **settings},
         overrides=overrides,
         run_dir=run_dir,
         resume=resume,
         restart=restart,
-        num_envs=num_envs,
-        protocol=protocol,
-        eval_every=eval_every,
-        eval_episodes=eval_episodes,
-        eval_max_steps=eval_max_steps,
-        eval_envs=eval_envs,
-        checkpoint_every=checkpoint_every,
-        log_every=log_every,
-        save_replay=save_replay,
-        stop_at_return=stop_at_return,
-        loop=loop,
-        actor_devices=actor_devices,
-        learner_devices=learner_devices,
-        max_lag=max_lag,
         coordinator=coordinator,
         num_processes=num_processes,
         process_id=process_id,
@@ -649,9 +501,7 @@ def _train_in_group(request: TrainRequest, group: Any) -> RunResult:
             else:
                 if request.algorithm is None:
                     raise RunRefusedError("name an algorithm or preset to train")
-                spec, settings = _new_settings(
-                    request.algorithm, request.overrides, request.total_env_steps, given
-                )
+                spec, settings = _new_settings(request.algorithm, request.overrides, given)
                 settings = settings.model_copy(update={"processes": group.num_processes})
                 _preflight(spec, settings)
                 run_path, lock = _create_run_dir(run_path, spec, settings)
@@ -796,7 +646,7 @@ def _train_alone(request: TrainRequest) -> RunResult:
                 "name an algorithm or preset to train, or a run directory to resume"
             )
         _request_devices(request.loop)
-        spec, settings = _new_settings(algorithm, overrides, total_env_steps, given)
+        spec, settings = _new_settings(algorithm, overrides, given)
         _preflight(spec, settings)
         run_path, lock = _create_run_dir(request.run_dir, spec, settings)
         mode, previous_total = "new", None
@@ -883,50 +733,21 @@ def _note_early_stop(run_path: Path, settings: RunSettings) -> None:
 
 
 def _new_settings(
-    algorithm: Any,
-    overrides: Mapping[str, Any] | None,
-    total_env_steps: int | None,
-    given: Mapping[str, Any],
+    algorithm: Any, overrides: Mapping[str, Any] | None, given: Mapping[str, Any]
 ) -> tuple[AlgorithmSpec, RunSettings]:
-    """The spec and settings of a new run (defaults filled in; every value checked)."""
+    """The spec and settings of a new run (the table's rules fill in what was not given; every
+    value checked)."""
     from zoo.envs import get_protocol, resolve_env
 
     spec, preset_name, defaults = _resolve(algorithm, overrides)
-    env_id = given["env"] if given["env"] is not None else defaults.get("env", "CartPole-v1")
-    env_id = resolve_env(env_id).env_id  # unknown ids fail before anything is written
-    steps = total_env_steps if total_env_steps is not None else defaults.get("total_env_steps")
-    steps = int(steps if steps is not None else 50_000)
-    protocol = given["protocol"]
-    if protocol is None:
-        protocol = defaults.get("protocol") or _default_protocol(env_id)
-    proto = get_protocol(protocol)
-
-    def pick(name: str, default: Any) -> Any:
-        return given[name] if given[name] is not None else default
-
-    values = {
-        "algorithm": str(algorithm if not isinstance(algorithm, AlgorithmSpec) else spec.name),
-        "preset": preset_name,
-        "env": env_id,
-        "protocol": proto.name,
-        "num_envs": pick("num_envs", defaults.get("num_envs", 1)),
-        "total_env_steps": steps,
-        "seed": pick("seed", 0),
-        "eval_every": pick("eval_every", max(steps // 10, 1)),
-        "eval_episodes": pick("eval_episodes", 10),
-        "eval_max_steps": given["eval_max_steps"],
-        "eval_envs": eval_envs_for(pick("eval_episodes", 10), given["eval_envs"]),
-        "checkpoint_every": pick("checkpoint_every", max(steps // 5, 1)),
-        "log_every": pick("log_every", max(min(steps // 100, 10_000), 1)),
-        "save_replay": pick("save_replay", True),
-        "stop_at_return": given["stop_at_return"],
-        "loop": pick("loop", "auto"),
-        "actor_devices": given["actor_devices"],
-        "learner_devices": given["learner_devices"],
-        "max_lag": pick("max_lag", 1),
-    }
+    values = run_settings.new_run(
+        given, defaults, lambda env: _default_protocol(resolve_env(env).env_id)
+    )
+    values["env"] = resolve_env(values["env"]).env_id  # unknown ids fail before anything is written
+    values["protocol"] = get_protocol(values["protocol"]).name
+    who = str(algorithm if not isinstance(algorithm, AlgorithmSpec) else spec.name)
     try:
-        settings = RunSettings(**values)
+        settings = RunSettings(algorithm=who, preset=preset_name, **values)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(map(str, first["loc"]))
@@ -1296,17 +1117,10 @@ def _check_requested(
                 f"cannot resume {run_path} with --set: it would change the run's spec "
                 f"({'; '.join(lines)}); {keep}"
             )
-    conflicts = []
-    recorded = settings.model_dump()
-    for name, value in given.items():
-        if value is None:
-            continue
-        if name == "env":
-            value = resolve_env(value).env_id
-        if value != recorded[name]:
-            flag = _FLAGS[name]
-            shown = "given" if name == "save_replay" else repr(value)
-            conflicts.append(f"{flag} {shown} (the run's is {recorded[name]!r})")
+    asked = dict(given)
+    if asked.get("env") is not None:
+        asked["env"] = resolve_env(asked["env"]).env_id
+    conflicts = run_settings.resume_conflicts(asked, settings.model_dump())
     if conflicts:
         raise RunRefusedError(
             f"cannot resume {run_path} with other settings: {'; '.join(conflicts)}; {keep}"
@@ -1453,11 +1267,14 @@ def plan_memory(
         else:
             if algorithm is None:
                 raise RunRefusedError("name an algorithm or preset to plan, or a run directory")
-            given = {name: None for name in _FLAGS}
-            given.update(env=env, protocol=protocol, num_envs=num_envs)
-            check_count("total_env_steps", total_env_steps)
-            check_count("num_envs", num_envs)
-            spec, settings = _new_settings(algorithm, overrides, total_env_steps, given)
+            given = {
+                "env": env,
+                "protocol": protocol,
+                "num_envs": num_envs,
+                "total_env_steps": total_env_steps,
+            }
+            run_settings.check_given(given)
+            spec, settings = _new_settings(algorithm, overrides, given)
         network_bytes, replay_bytes = _memory_needs(spec, settings)
     return MemoryPlan(replay_bytes, spec.replay.capacity, network_bytes=network_bytes)
 
@@ -2119,10 +1936,14 @@ def evaluate_run(
     from zoo.envs import evaluate
     from zoo.metrics import EvaluationProgress
 
-    check_count("eval_episodes", episodes)
-    check_count("eval_max_steps", max_steps)
-    check_count("seed", seed)
-    check_count("eval_envs", num_envs)
+    run_settings.check_given(
+        {
+            "eval_episodes": episodes,
+            "eval_max_steps": max_steps,
+            "seed": seed,
+            "eval_envs": num_envs,
+        }
+    )
     num_envs = eval_envs_for(episodes, num_envs, ("--envs", "--episodes"))
     run_path = Path(run_dir)
     policy, meta = _load_policy(run_path, step)

@@ -39,9 +39,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from zoo.fileio import open_append, read_text
+from zoo.runs.errors import RunError, RunRefusedError
+from zoo.runs.settings import MAX_ENV_STEPS, RunSettings
 
 __all__ = [
     "HISTORY",
@@ -90,18 +92,6 @@ RUN_FILES = frozenset(
 #: Files a run writes before ``run.yaml``: a directory holding only these is a creation that was
 #: interrupted (no records were written), and a new run may take it.
 _CREATION_FILES = frozenset({"spec.yaml", "provenance.json", HISTORY, LOCK, ".write-test"})
-
-
-class RunError(RuntimeError):
-    """A run could not start or continue; the message says why and how to fix it."""
-
-
-class RunRefusedError(RunError):
-    """The run was refused before anything was written: the command must change (exit status 2).
-
-    Invalid values, a run directory that is not ours or is in use, a resume that would change the
-    run, a budget that never reaches ``replay.min_size``, a network or replay that cannot fit.
-    """
 
 
 def safe_component(text: str, fallback: str = "run", limit: int = 100) -> str:
@@ -397,70 +387,6 @@ def complete_steps(directory: str | os.PathLike[str]) -> list[int]:
     if not folder.is_dir():
         return []
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
-
-
-#: The largest budget a run accepts: 10¹² transitions. The longest published Atari runs
-#: (Agent57: 90 billion frames, 22.5 billion agent steps) are 45 times shorter; a larger number
-#: is a typo, and would print an estimate of 10¹³ hours instead of a refusal.
-MAX_ENV_STEPS = 10**12
-
-
-class RunSettings(BaseModel):
-    """Everything besides the algorithm that defines a run (saved as ``run.yaml``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    algorithm: str = Field(description="catalogue name, preset name or YAML path it came from")
-    preset: str | None = Field(None, description="preset name, if the run came from one")
-    env: str = Field(description="environment id")
-    protocol: str = Field(description="evaluation protocol")
-    num_envs: int = Field(ge=1, le=4096, description="parallel environments")
-    total_env_steps: int = Field(
-        gt=0, le=MAX_ENV_STEPS, description="training budget in transitions"
-    )
-    seed: int = Field(
-        ge=0, le=2**31 - 1, description="seed of networks, exploration, replay and environments"
-    )
-    eval_every: int = Field(gt=0, description="transitions between evaluations")
-    eval_episodes: int = Field(gt=0, description="games per evaluation")
-    eval_max_steps: int | None = Field(None, gt=0, description="cap on agent steps per evaluation")
-    eval_envs: int = Field(
-        1,
-        ge=1,
-        le=4096,
-        description="environments an evaluation plays at once (each is assigned its share of "
-        "the games in advance; 1 in runs made before the setting existed)",
-    )
-    checkpoint_every: int = Field(gt=0, description="transitions between checkpoints")
-    log_every: int = Field(gt=0, description="transitions between training records")
-    save_replay: bool = Field(True, description="checkpoint the replay contents and priorities")
-    stop_at_return: float | None = Field(
-        None,
-        allow_inf_nan=False,
-        description="stop early once an evaluation's mean return reaches this",
-    )
-    loop: Literal["auto", "host", "compiled", "async"] = Field(
-        "auto",
-        description="host: envpool's Python API between jitted steps; compiled: compiled chunks "
-        "with envpool's XLA step (same semantics; ~3x faster on CartPole); auto: compiled "
-        "where the environment has envpool's XLA interface; async: an actor thread on its own "
-        "device beside the learner (zoo.drivers.asynchronous; not deterministic)",
-    )
-    actor_devices: str | None = Field(
-        None, description="async: the actor's device, an index of jax.local_devices() or cpu"
-    )
-    learner_devices: str | None = Field(
-        None, description="async: the learner's devices, indices of jax.local_devices()"
-    )
-    max_lag: int = Field(
-        1, ge=1, le=1000, description="async: the most updates the actor's parameters trail"
-    )
-    processes: int = Field(
-        1,
-        ge=1,
-        description="processes training together with jax.distributed (zoo.distributed), each "
-        "with num_envs environments and a replay shard of capacity / processes",
-    )
 
 
 class RunSettingsError(ValueError):

@@ -106,12 +106,7 @@ def plan_bench(
     frames: int | None = None,
     games: Sequence[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
-    eval_episodes: int | None = None,
-    eval_every: int | None = None,
-    eval_max_steps: int | None = None,
-    checkpoint_every: int | None = None,
-    num_envs: int | None = None,
-    loop: str | None = None,
+    settings: Mapping[str, Any] | None = None,
     cpus: int = 1,
     gpus: float = 0.0,
     log: Callable[[str], None] = print,
@@ -126,8 +121,8 @@ def plan_bench(
       frames: budget per run in frames (default: the suite's); agent steps = frames / skip.
       games: a subset of the suite's games (default: all of them).
       overrides: dotted overrides for new runs (``--set``); resumed runs keep their own spec.
-      eval_episodes, eval_every, eval_max_steps, checkpoint_every, num_envs, loop: settings of
-        new runs.
+      settings: settings of new runs by their names in
+        :class:`zoo.runs.settings.RunSettings`, as :func:`zoo.run.train` takes them.
       cpus, gpus: what each run claims.
       log: where notes go.
 
@@ -190,12 +185,7 @@ def plan_bench(
             preset=preset,
             protocol=suite.protocol,
             overrides=overrides,
-            eval_episodes=eval_episodes,
-            eval_every=eval_every,
-            eval_max_steps=eval_max_steps,
-            checkpoint_every=checkpoint_every,
-            num_envs=num_envs,
-            loop=loop,
+            settings=settings,
         )
         for target in targets:
             game, key = target.env, target.path.relative_to(root).as_posix()
@@ -211,7 +201,7 @@ def plan_bench(
                             overrides=overrides,
                             total_env_steps=steps,
                             protocol=suite.protocol,
-                            num_envs=num_envs,
+                            num_envs=target.settings.get("num_envs"),
                         ).peak
                     memory = planned[train_ref, game]
             except (TargetError, RunRefusedError) as e:

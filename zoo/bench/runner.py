@@ -75,18 +75,13 @@ def bench(
     launcher: str = "local",
     ray_address: str = "auto",
     overrides: Mapping[str, Any] | None = None,
-    eval_episodes: int | None = None,
-    eval_every: int | None = None,
-    eval_max_steps: int | None = None,
-    checkpoint_every: int | None = None,
-    num_envs: int | None = None,
-    loop: str | None = None,
     cpus_per_run: int = 1,
     gpus_per_run: float = 0.0,
     memory: int | None = None,
     progress: ProgressMode | str | None = None,
     reps: int = 50000,
     log: Callable[[str], None] = print,
+    **settings: Any,
 ) -> BenchResult:
     """Train ``algorithms`` on ``suite``'s games × ``seeds`` and write the report.
 
@@ -100,13 +95,15 @@ def bench(
       jobs: the most runs at once (local; default from the cores and memory).
       launcher: ``local`` or ``ray``.
       ray_address: the Ray cluster (``auto``, ``HOST:PORT``, ``ray://...``).
-      overrides, eval_episodes, eval_every, eval_max_steps, checkpoint_every, num_envs, loop:
-        for new runs.
+      overrides: dotted overrides for new runs.
       cpus_per_run, gpus_per_run: what each run claims.
       memory: the local executor's memory budget in bytes (default: 0.9 × available now).
       progress: the matrix's progress mode (default ``ZOO_PROGRESS``); runs log theirs.
       reps: bootstrap resamples of the report's intervals.
       log: where status lines go.
+      settings: settings of new runs by their names in :class:`zoo.runs.settings.RunSettings`
+        (``eval_episodes``, ``eval_every``, ``eval_max_steps``, ``checkpoint_every``,
+        ``num_envs``, ``loop``, ...), as :func:`zoo.run.train` takes them.
 
     Raises:
       BenchError: an unknown suite or launcher, or anything :func:`plan_bench` refuses;
@@ -126,12 +123,7 @@ def bench(
         frames=frames,
         games=games,
         overrides=overrides,
-        eval_episodes=eval_episodes,
-        eval_every=eval_every,
-        eval_max_steps=eval_max_steps,
-        checkpoint_every=checkpoint_every,
-        num_envs=num_envs,
-        loop=loop,
+        settings=settings,
         cpus=cpus_per_run,
         gpus=gpus_per_run,
         log=log,
