@@ -192,7 +192,7 @@ def _train_window(
     checkpoints, resume); the checkpoint lands outside the timed window.
     """
     import zoo
-    from zoo.metrics import read_jsonl, windowed_rate
+    from zoo.runs.metrics import read_jsonl, windowed_rate
 
     log_every = window // 4
     total = warmup + window
@@ -233,7 +233,7 @@ def _replay_nbytes(env_id: str, num_envs: int, overrides: dict[str, Any]) -> int
     """Bytes the workload's replay allocates (from shapes; nothing is allocated)."""
     import zoo
     from zoo.envs import make
-    from zoo.run import replay_for_env
+    from zoo.runs.assemble import replay_for_env
 
     spec = zoo.load_algorithm("dqn", overrides=overrides)
     with make(env_id, num_envs=num_envs, seed=0) as env:
@@ -249,7 +249,7 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
     from zoo.envs import make
     from zoo.learner import Learner
     from zoo.loop import Loop
-    from zoo.run import replay_for_env
+    from zoo.runs.assemble import replay_for_env
 
     spec = zoo.load_algorithm("dqn", overrides=overrides)
     env = make(env_id, num_envs=num_envs, seed=0)
@@ -745,7 +745,7 @@ def report(results: dict[str, Any]) -> None:
 
     b = get("zoo:breakout")
     if b and b.get("replay_nbytes"):
-        from zoo.memory import RUN_OVERHEAD
+        from zoo.runs.memory import RUN_OVERHEAD
 
         replay, peak = b["replay_nbytes"] / 2**30, results["zoo:breakout"]["peak_rss_gib"]
         bound = replay + RUN_OVERHEAD / 2**30

@@ -20,10 +20,11 @@ import pytest
 
 import zoo
 from zoo.drivers import Placement
-from zoo.memory import RUN_OVERHEAD
-from zoo.metrics import read_jsonl
-from zoo.run import RunRefusedError, plan_memory
-from zoo.rundir import RunDir
+from zoo.runs import RunRefusedError
+from zoo.runs.assemble import plan_memory
+from zoo.runs.memory import RUN_OVERHEAD
+from zoo.runs.metrics import read_jsonl
+from zoo.runs.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 

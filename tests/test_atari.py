@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.metrics import read_jsonl
+from zoo.runs.metrics import read_jsonl
 
 pytestmark = pytest.mark.long
 

@@ -28,7 +28,7 @@ import zoo
 from zoo.envs import get_protocol, make
 from zoo.learner import Learner
 from zoo.loop import Loop
-from zoo.run import replay_for_env
+from zoo.runs.assemble import replay_for_env
 
 pytestmark = pytest.mark.compiled
 

@@ -254,7 +254,7 @@ def test_bench_classic_interrupted_then_rerun_reuses_resumes_and_reports(tmp_pat
     assert "4 runs: 1 reused, 3 run to the budget, 0 failed, 0 not finished" in out
     assert _snapshot(first) == before  # reused: not a file touched
     for key in KEYS:
-        from zoo.metrics import read_jsonl
+        from zoo.runs.metrics import read_jsonl
 
         steps = [r["env_steps"] for r in read_jsonl(root / key / "metrics.jsonl")]
         assert steps[-1] == BUDGET and steps == sorted(set(steps))

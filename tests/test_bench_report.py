@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from zoo.bench import report, stats
-from zoo.metrics import read_jsonl
+from zoo.runs.metrics import read_jsonl
 
 ALGOS = ("dqn_cartpole", "double_dqn_cartpole")
 SEEDS = (0, 1)
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.xdist_group("bench_report")
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    from zoo.run import train
+    from zoo.runs import train
 
     root = tmp_path_factory.mktemp("bench")
     for algo in ALGOS:

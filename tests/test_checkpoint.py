@@ -1,4 +1,4 @@
-"""Streamed, checksummed checkpoints (zoo.checkpoint) on real files through Orbax's manager.
+"""Streamed, checksummed checkpoints (zoo.runs.checkpoint) on real files through Orbax's manager.
 
 Small ``chunk_bytes`` force every array through many chunks, so the chunk plan, the streamed
 writes and the in-place restores are exercised on arrays of a few kilobytes.
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from disk import disk_bytes, holes_supported
 
-from zoo.checkpoint import (
+from zoo.runs.checkpoint import (
     CheckpointCorruptError,
     Checkpointer,
     CheckpointError,

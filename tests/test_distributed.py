@@ -1,4 +1,4 @@
-"""Training across processes (zoo.distributed): two ``zoo train`` processes joined by
+"""Training across processes (zoo.runs.distributed): two ``zoo train`` processes joined by
 jax.distributed (gloo on CPU) train one run, keep identical parameters, survive ``kill -9`` of
 the pair and resume from the newest checkpoint both completed.
 
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.rundir import RunRefusedError, complete_steps, read_history, read_jsonl
+from zoo.runs.rundir import RunRefusedError, complete_steps, read_history, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 1_600

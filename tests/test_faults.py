@@ -24,8 +24,8 @@ from inprocess import run_cli
 from tiny import FINISHED_RUN
 
 import zoo
-from zoo.metrics import read_jsonl
-from zoo.rundir import read_history
+from zoo.runs.metrics import read_jsonl
+from zoo.runs.rundir import read_history
 
 PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)
 LOG_EVERY = FINISHED_RUN["log_every"]

@@ -19,8 +19,8 @@ from inprocess import run_cli
 
 from zoo import fileio, spec
 from zoo.compare import compare, format_table
-from zoo.metrics import read_jsonl
-from zoo.rundir import MAX_ENV_STEPS, RunDir, RunSettings
+from zoo.runs.metrics import read_jsonl
+from zoo.runs.rundir import MAX_ENV_STEPS, RunDir, RunSettings
 from zoo.spec import SpecError
 
 SPEC = "mine:\n  extends: dqn\n"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import zoo
-from zoo.metrics import read_jsonl
+from zoo.runs.metrics import read_jsonl
 
 pytestmark = pytest.mark.learning
 
@@ -174,7 +174,7 @@ def test_preset_solves_cartpole_with_the_async_driver(preset, tmp_path):
 # ------------------------------------------------------------------- across two processes
 #
 # The same criterion for dqn trained by two ``zoo train`` processes joined by jax.distributed
-# (zoo.distributed; gloo on CPU): each steps one environment into its half of the replay, the
+# (zoo.runs.distributed; gloo on CPU): each steps one environment into its half of the replay, the
 # update is data-parallel over both, and the run counts both processes' transitions against the
 # same budget. On a 2-core machine the pair runs CartPole at 40-60 env steps/s (a collective
 # per update on a tiny network), up to 30 minutes per seed: ``heavy``, recorded in

@@ -16,9 +16,10 @@ import pytest
 import zoo
 from zoo.envs import EpisodeTracker, make
 from zoo.learner import Learner
-from zoo.loop import Loop, Trainer
+from zoo.loop import Loop
 from zoo.replay import build_replay
-from zoo.rundir import RunSettings
+from zoo.runs.rundir import RunSettings
+from zoo.runs.trainer import Trainer
 
 pytestmark = pytest.mark.compiled
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from disk import disk_bytes, holes_supported
 
-from zoo.memory import RUN_OVERHEAD, SAFETY, MemoryPlan
+from zoo.runs.memory import RUN_OVERHEAD, SAFETY, MemoryPlan
 
 GIB = 2**30
 
@@ -66,7 +66,7 @@ def test_atari_preset_with_1m_replay_stays_within_replay_plus_overhead(tmp_path:
     it at 22 GiB)."""
     import zoo
     from zoo.envs import make
-    from zoo.run import replay_for_env
+    from zoo.runs.assemble import replay_for_env
 
     spec = zoo.spec.algorithm_for(zoo.spec.load_preset("dqn_adam_mse"))
     assert spec.replay.capacity == 1_000_000
@@ -228,7 +228,8 @@ def test_an_update_that_cannot_fit_is_refused_and_leaves_no_run(tmp_path: Path, 
     """A batch of 2^20 through two 4096-wide layers needs ~80 GiB of working memory: the run is
     refused once its update is compiled, before the replay is allocated, naming the working
     memory and the batch; the directory is left as it was, free for the corrected run."""
-    from zoo import cli, rundir
+    from zoo import cli
+    from zoo.runs import rundir
 
     out = tmp_path / "run"
     code = cli.main(

@@ -18,8 +18,8 @@ import zoo
 from zoo.envs import make
 from zoo.learner import Learner
 from zoo.loop import Loop
-from zoo.metrics import read_jsonl
-from zoo.run import replay_for_env
+from zoo.runs.assemble import replay_for_env
+from zoo.runs.metrics import read_jsonl
 
 pytest.importorskip("minatar")
 

@@ -182,7 +182,7 @@ def test_group_problems_name_the_group(groups, path, fragment):
 
 @pytest.mark.compiled
 def test_a_group_that_names_no_parameter_is_refused_before_training(tmp_path):
-    from zoo.run import RunRefusedError
+    from zoo.runs import RunRefusedError
 
     run = tmp_path / "run"
     with pytest.raises(RunRefusedError) as e:

@@ -23,14 +23,14 @@ import pytest
 import zoo
 from zoo.envs import evaluate
 from zoo.envs.evaluation import step_bound
-from zoo.metrics import (
+from zoo.runs.metrics import windowed_rate
+from zoo.runs.progress import (
     PROGRESS_VARIABLE,
     EvaluationProgress,
     Progress,
     ProgressMode,
     ProgressModeError,
     format_duration,
-    windowed_rate,
 )
 
 PACKAGE_ROOT = str(Path(zoo.__file__).resolve().parent.parent)

@@ -24,8 +24,8 @@ from inprocess import run_cli
 
 import zoo
 from zoo import spec
-from zoo.metrics import read_jsonl
-from zoo.rundir import RunDir, read_history, sha256_text
+from zoo.runs.metrics import read_jsonl
+from zoo.runs.rundir import RunDir, read_history, sha256_text
 from zoo.spec import SpecError
 
 #: Where ``zoo`` is imported from, so that subprocesses import the same package.
@@ -211,7 +211,7 @@ def test_every_train_value_is_checked_before_anything_is_written(
 @pytest.mark.unit
 def test_the_python_api_checks_the_same_values(tmp_path, monkeypatch, kwargs, fragment):
     import zoo
-    from zoo.run import RunRefusedError
+    from zoo.runs import RunRefusedError
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RunRefusedError) as e:
@@ -677,7 +677,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(finished, tm
 @pytest.mark.run
 def test_the_non_finite_stop_says_truly_whether_a_checkpoint_is_left(tmp_path):
     import zoo
-    from zoo.run import RunError
+    from zoo.runs import RunError
 
     with pytest.raises(RunError) as e:
         zoo.train(
@@ -731,13 +731,14 @@ def _size(path: Path) -> int:
 @pytest.mark.process
 def test_a_lock_dies_with_its_owner(tmp_path):
     """A crashed owner (kill -9) never leaves its run directory stuck."""
-    from zoo.rundir import RunLock, RunRefusedError
+    from zoo.runs.rundir import RunLock, RunRefusedError
 
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from zoo.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
+            "import sys, time; from zoo.runs.rundir import RunLock; "
+            "RunLock(sys.argv[1]).acquire(); "
             "print('locked', flush=True); time.sleep(600)",
             str(tmp_path),
         ],

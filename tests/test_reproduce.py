@@ -16,7 +16,7 @@ import pytest
 from processes import checkpoint_steps, wait_while_running
 
 from zoo import cli
-from zoo.metrics import read_jsonl
+from zoo.runs.metrics import read_jsonl
 
 PRESET = "dqn_cartpole"
 FAST = ["--eval-episodes", "2"]

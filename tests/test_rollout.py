@@ -14,10 +14,11 @@ import pytest
 
 import zoo
 from zoo import spec as spec_lib
+from zoo.data import build_data as build_replay
 from zoo.envs import EpisodeTracker, make
 from zoo.learner import Learner
 from zoo.loop import Loop
-from zoo.replay import StepBatch, build_replay
+from zoo.replay import StepBatch
 from zoo.rollout import RolloutLearnStep, RolloutStore
 from zoo.types import TargetBatch
 
@@ -332,9 +333,9 @@ def test_pqn_trains_end_to_end(tmp_path):
         loop="host",
         progress=False,
     )
-    records = list(zoo.metrics.read_jsonl(result.run_dir / "metrics.jsonl"))
+    records = list(zoo.runs.metrics.read_jsonl(result.run_dir / "metrics.jsonl"))
     assert records[-1]["updates"] == 2 * 6 and np.isfinite(records[-1]["loss"])
-    with pytest.raises(zoo.rundir.RunRefusedError, match="one rollout"):
+    with pytest.raises(zoo.runs.rundir.RunRefusedError, match="one rollout"):
         zoo.train("pqn", env="CartPole-v1", total_env_steps=T * N - 1, overrides=SMALL,
                   num_envs=N, run_dir=tmp_path / "short", progress=False)  # fmt: skip
 
@@ -420,7 +421,7 @@ def test_resume_in_the_middle_of_a_rollout(tmp_path, save_replay):
     )  # fmt: skip
     result = zoo.train(resume=run, total_env_steps=3 * T * N, progress=False)
     assert result.env_steps == 3 * T * N and result.updates == 3 * 6
-    records = list(zoo.metrics.read_jsonl(run / "metrics.jsonl"))
+    records = list(zoo.runs.metrics.read_jsonl(run / "metrics.jsonl"))
     assert np.isfinite(records[-1]["loss"])
 
 

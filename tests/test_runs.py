@@ -23,8 +23,8 @@ from processes import checkpoint_steps, wait_while_running
 from tiny import tiny_overrides
 
 import zoo
-from zoo.metrics import JsonlWriter, read_jsonl
-from zoo.run import RunError
+from zoo.runs import RunError
+from zoo.runs.metrics import JsonlWriter, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = tiny_overrides("dqn_cartpole")

@@ -14,7 +14,7 @@ from typing import Annotated
 import pytest
 from pydantic import Field
 
-from zoo.run import TrainRequest
+from zoo.runs import TrainRequest
 from zoo.runs.errors import RunRefusedError
 from zoo.runs.flags import add_flags, given
 from zoo.runs.settings import (

@@ -41,9 +41,9 @@ _EXPORTS = {
     "build_network": "zoo.networks",
     "build_optimizer": "zoo.optimizers",
     "build_schedule": "zoo.schedules",
-    "train": "zoo.run",
-    "load_policy": "zoo.run",
-    "evaluate_run": "zoo.run",
+    "train": "zoo.runs",
+    "load_policy": "zoo.runs.evaluate",
+    "evaluate_run": "zoo.runs.evaluate",
     "Learner": "zoo.learner",
     "load_series": "zoo.reference",
 }
@@ -87,7 +87,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from zoo.networks import build_network
     from zoo.optimizers import build_optimizer
     from zoo.reference import load_series
-    from zoo.run import evaluate_run, load_policy, train
+    from zoo.runs import train
+    from zoo.runs.evaluate import evaluate_run, load_policy
     from zoo.schedules import build_schedule
     from zoo.spec import (
         AlgorithmSpec,

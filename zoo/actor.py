@@ -13,8 +13,8 @@ inserts the pending step once the environment has answered (:mod:`zoo.loop`).
 - Recurrent networks (Kapturowski et al. 2019) carry a core state per environment and reset it
   to the initial state at each game's first observation (``TimeStep.first``).
 
-:func:`make_act` is the acting function alone; evaluation (:func:`zoo.run.make_policy_fn`) uses
-it with ε = 0.
+:func:`make_act` is the acting function alone; evaluation
+(:func:`zoo.runs.evaluate.make_policy_fn`) uses it with ε = 0.
 """
 
 from __future__ import annotations

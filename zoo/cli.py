@@ -25,7 +25,8 @@ variable (comma-separated module names), never from inside a YAML file; a module
 the Python path and then in the working directory, and ``--plugin path/to/file.py`` names a file.
 
 Progress goes to stderr: on a terminal one line redrawn in place, otherwise (``nohup``, a
-scheduler, CI) a line every 30 s; ``--progress`` or ``ZOO_PROGRESS`` changes it (``zoo.metrics``).
+scheduler, CI) a line every 30 s; ``--progress`` or ``ZOO_PROGRESS`` changes it
+(``zoo.runs.metrics``).
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ from pathlib import Path
 
 from zoo import __version__, registry, spec, stops
 from zoo.fileio import UnsafeFileError, write_atomic
-from zoo.metrics import PROGRESS_VARIABLE, ProgressMode, ProgressModeError
 from zoo.runs import flags as run_flags
 from zoo.runs.flags import finite, whole
+from zoo.runs.progress import PROGRESS_VARIABLE, ProgressMode, ProgressModeError
 from zoo.runs.settings import MAX_NUM_ENVS, MAX_SEED
 
 __all__ = ["main"]
@@ -239,13 +240,13 @@ def _evaluation_summary(evaluation: dict) -> str:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from zoo.run import RunError, RunRefusedError, train
+    from zoo.runs import RunError, RunRefusedError, train
 
     _set_progress(args.progress)
     if args.algorithm is None and args.resume is None:
         print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
         return EXIT_SPEC_ERROR
-    from zoo import distributed
+    from zoo.runs import distributed
 
     try:
         # the ZOO_* variables stand in for the flags not given
@@ -318,7 +319,8 @@ def _set_progress(text: str | None) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from zoo.run import RunError, RunRefusedError, evaluate_run
+    from zoo.runs import RunError, RunRefusedError
+    from zoo.runs.evaluate import evaluate_run
 
     _set_progress(args.progress)
     try:
@@ -396,7 +398,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             )
         except (compare_lib.CompareError, ValueError) as e:
             return _reference_error("compare", e)
-        from zoo.rundir import safe_component
+        from zoo.runs.rundir import safe_component
 
         target = Path(out) / f"series-{safe_component(args.record, fallback='ours')}.yaml"
         write_atomic(target, yaml.safe_dump(entry, sort_keys=False))
@@ -411,7 +413,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from zoo import reference as ref_lib
     from zoo.compare import CompareError, format_table
     from zoo.reproduce import ReproduceError, reproduce
-    from zoo.run import RunError, RunRefusedError
+    from zoo.runs import RunError, RunRefusedError
 
     _set_progress(args.progress)
     try:
@@ -443,7 +445,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from zoo.bench.errors import BenchError
-    from zoo.run import RunError
+    from zoo.runs import RunError
 
     if args.list_suites:
         from zoo.bench.suites import format_suites
@@ -537,7 +539,7 @@ _NUM_ENVS = whole(1, MAX_NUM_ENVS)
 
 
 def _progress(text: str) -> str:
-    """An argparse type: a progress mode (see :class:`zoo.metrics.ProgressMode`)."""
+    """An argparse type: a progress mode (see :class:`zoo.runs.progress.ProgressMode`)."""
     try:
         ProgressMode.parse(text)
     except ProgressModeError as e:

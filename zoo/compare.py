@@ -32,7 +32,7 @@ from typing import Any
 
 from zoo import reference as ref_lib
 from zoo.reference import Series
-from zoo.rundir import RunDir, RunSettingsError
+from zoo.runs.rundir import RunDir, RunSettingsError
 
 __all__ = [
     "Comparison",

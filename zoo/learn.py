@@ -22,6 +22,9 @@ A learn step reads and writes a :class:`LearnCarry` and the replay state; it nev
 environments or the actor's state. The pieces are pure functions: the compiled driver calls them
 inside ``lax.scan``, the host driver jits ``sample`` and ``update`` separately (so the update is
 dispatched without waiting for it) and passes them in.
+
+:func:`replay_learning_parts` pairs the two for a replay (what :func:`zoo.data.learning_parts`
+returns for one); it lives here, not in :mod:`zoo.replay`, which stores and samples only.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from zoo.learner import DataParallelLearner, Learner, LearnerState
 from zoo.replay import PendingPriorities, Replay, SampleInfo
 from zoo.spec import AlgorithmSpec
 
-__all__ = ["LearnCarry", "LearnStep", "UpdateCredit", "learner_report"]
+__all__ = ["LearnCarry", "LearnStep", "UpdateCredit", "learner_report", "replay_learning_parts"]
 
 
 def learner_report(updates: jax.Array, last_loss: jax.Array) -> jax.Array:
@@ -132,7 +135,7 @@ class LearnStep:
         :class:`~zoo.learner.DataParallelLearner`).
       replay: the replay sampled from.
       batch_size: items per update (``replay.batch_size``); over several processes
-        (:mod:`zoo.distributed`) each samples its share from its own replay shard.
+        (:mod:`zoo.runs.distributed`) each samples its share from its own replay shard.
       batch_field: the spec field(s) that set ``batch_size``, named when it does not divide
         evenly over the learner's devices.
 
@@ -268,3 +271,22 @@ class LearnStep:
             actor_report=actor_report,
         )
         return carry, replay_state
+
+
+def replay_learning_parts(
+    replay: Replay,
+    learner: Learner | DataParallelLearner,
+    spec: AlgorithmSpec,
+    num_envs: int,
+) -> tuple[LearnStep, UpdateCredit]:
+    """How the loop learns from a replay: ``(learn_step, credit)``.
+
+    A replay is sampled: one :class:`LearnStep` (sample → update → priorities) per
+    ``schedule.update_period`` credited transitions once ``replay.min_size`` are in
+    (:class:`UpdateCredit`). :func:`zoo.data.learning_parts` picks it for a replay; another data
+    kind states its own pair (:meth:`zoo.rollout.RolloutStore.learning_parts`).
+    """
+    # over P processes (zoo.runs.distributed) every vector step brings the run P × N
+    # transitions; each process samples its share of the batch from its own shard
+    transitions = num_envs * learner.num_processes
+    return LearnStep(learner, replay, spec.replay.batch_size), UpdateCredit(spec, transitions)

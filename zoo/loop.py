@@ -22,26 +22,32 @@ The parts:
 - :class:`~zoo.actor.Actor`: acting, ε, recurrent state resets;
 - the replay (:class:`~zoo.replay.Replay`): ``init / add / sample / write_priorities / seal``;
 - :class:`~zoo.learn.LearnStep`: sample → update → priorities, and
-  :class:`~zoo.learn.UpdateCredit`, the one statement of when updates are due;
-- the *drivers* (:mod:`zoo.drivers`), which run the body: the host driver (:meth:`Loop.step`:
-  separate jitted calls, environments stepped through envpool's Python API in between) and the
-  compiled driver (:meth:`Loop.chunk`: up to ``L`` vector steps in one compiled loop with
-  envpool's XLA ``step``). Both read and write the same :class:`LoopCarry`, so they produce the same
-  transitions and parameters from the same seed.
+  :class:`~zoo.learn.UpdateCredit`, the one statement of when updates are due.
 
 :class:`Loop` composes the parts for one run and exposes the body's pieces as pure functions
 (:meth:`Loop.insert`, :meth:`Loop.learn`, :meth:`Loop.learn_due`, :meth:`Loop.act`,
-:meth:`Loop.body`), which :mod:`zoo.seeds` and the benchmarks build on. :class:`Trainer` runs one
-run on the host around a driver: episode statistics, logging, evaluation, checkpoints, signals.
+:meth:`Loop.body`), which :mod:`zoo.seeds` and the benchmarks build on.
+
+This module is the body. Above it:
+
+- the *drivers* (:mod:`zoo.drivers`; :func:`zoo.drivers.make_driver` chooses and builds one for a
+  loop; :meth:`Loop.driver`, :meth:`Loop.first_act`, :meth:`Loop.step` and :meth:`Loop.chunk` are
+  conveniences that ask it; the drivers know the loop only through :mod:`zoo.drivers.protocol`, so
+  the import goes one way), which run the body: the host driver
+  (:meth:`zoo.drivers.HostDriver.step`: separate jitted calls, environments stepped through
+  envpool's Python API in between) and the compiled driver
+  (:meth:`zoo.drivers.CompiledDriver.chunk`: up to ``L`` vector steps in one compiled loop with
+  envpool's XLA ``step``). Both read and write the same :class:`LoopCarry`, so they produce the same
+  transitions and parameters from the same seed;
+- the trainer (:class:`zoo.runs.trainer.Trainer`, not imported here), which runs one run on the host
+  around a driver: episode statistics, logging, evaluation, checkpoints, signals; and what a run
+  saves of a carry (:mod:`zoo.runs.state`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import equinox as eqx
@@ -49,33 +55,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo import stops
 from zoo.actor import Actor, Pending, make_act, starts_transition
-from zoo.checkpoint import Checkpointer
-from zoo.distributed import ProcessGroup
-from zoo.drivers import DRIVERS, Driver, HostDriver, Placement
-from zoo.envs import EpisodeTracker, TimeStep, VectorEnv
+from zoo.data import learning_parts
+from zoo.drivers import make_driver
+from zoo.envs import TimeStep, VectorEnv
 from zoo.learn import LearnCarry
 from zoo.learner import DataParallelLearner, Learner, LearnerState
-from zoo.metrics import MetricsLogger, Progress
 from zoo.replay import PendingPriorities, StepBatch
-from zoo.rundir import RunSettings
 from zoo.spec import AlgorithmSpec
 
 __all__ = [
     "EnvShape",
     "Loop",
     "LoopCarry",
-    "NonFiniteLossError",
     "Pending",
-    "Trainer",
     "make_act",
     "starts_transition",
 ]
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
 
 
 class LoopCarry(eqx.Module):
@@ -169,7 +165,7 @@ class EnvShape:
 
 
 class Loop:
-    """The loop body of one run, composed of its parts, and its drivers.
+    """The loop body of one run, composed of its parts.
 
     Args:
       spec: the algorithm.
@@ -177,10 +173,12 @@ class Loop:
         its XLA interface), or only their :class:`EnvShape` for a body driven elsewhere.
       learner: the learner whose update the loop runs (a :class:`~zoo.learner.Learner`, or a
         :class:`~zoo.learner.DataParallelLearner` for an update over several devices).
-      replay: the replay (built for ``env.num_envs`` environments).
+      replay: the data learned from, built for ``env.num_envs`` environments by
+        :func:`zoo.data.build_data` (a replay, or a rollout store).
       initial_core_state: one env's initial recurrent state (recurrent specs).
-      placement: where the asynchronous driver acts and learns (:class:`zoo.drivers.Placement`;
-        ``None``: its defaults). The synchronous drivers run on the default device.
+      placement: where the asynchronous driver acts and learns (a
+        :class:`zoo.drivers.Placement`; ``None``: its defaults); :meth:`init` allocates the
+        carry on its learner's first device. The synchronous drivers run on the default device.
       max_lag: the asynchronous driver's bound on the actor's parameter lag, in updates.
       queue_steps: vector steps the asynchronous driver's actor may run ahead (``None``: its
         default).
@@ -189,11 +187,12 @@ class Loop:
       actor: the :class:`~zoo.actor.Actor`.
       learn_step: the :class:`~zoo.learn.LearnStep`.
       credit: the :class:`~zoo.learn.UpdateCredit` rule.
-      host: the host driver (:class:`zoo.drivers.HostDriver`): its ``insert``, ``act``,
-        ``sample`` and ``update`` are the body's pieces, each one asynchronously jitted call.
+      drivers: the drivers built for this loop, by name (:func:`zoo.drivers.make_driver`
+        builds each once and keeps it here; the host driver's ``insert``, ``act``, ``sample``
+        and ``update`` are the body's pieces, each one asynchronously jitted call).
       devices: the local devices one update runs on.
       step_transitions: transitions of the run per vector step (``N``; ``P × N`` when the
-        learner spans ``P`` processes, :mod:`zoo.distributed`).
+        learner spans ``P`` processes, :mod:`zoo.runs.distributed`).
     """
 
     def __init__(
@@ -204,7 +203,7 @@ class Loop:
         replay: Any,
         initial_core_state: Any = None,
         *,
-        placement: Placement | None = None,
+        placement: Any = None,
         max_lag: int = 1,
         queue_steps: int | None = None,
     ):
@@ -220,32 +219,33 @@ class Loop:
         self.actor = Actor(spec, self.num_envs, env.num_actions, initial_core_state)
         # the data kind states how the loop learns from it (a replay: sample → update per
         # update_period transitions; a rollout store: a learning phase per rollout)
-        self.learn_step, self.credit = replay.learning_parts(learner, spec, self.num_envs)
+        self.learn_step, self.credit = learning_parts(replay, learner, spec, self.num_envs)
         # transitions of the run per vector step: N, or P × N over P processes stepping in
-        # lockstep (zoo.distributed); the budget, ε and the credit rule count these
+        # lockstep (zoo.runs.distributed); the budget, ε and the credit rule count these
         self.step_transitions = self.credit.num_envs
         self.metric_names = self.learn_step.metric_names
         self.devices = learner.num_devices
-        self.host = HostDriver(self)
-        self._drivers: dict[str, Driver] = {HostDriver.name: self.host}
-
-    def driver(self, name: str) -> Driver:
-        """The driver ``name`` of :data:`zoo.drivers.DRIVERS` for this loop (built once)."""
-        if name not in self._drivers:
-            if name not in DRIVERS:
-                raise ValueError(f"unknown loop driver {name!r}; known: {', '.join(DRIVERS)}")
-            self._drivers[name] = DRIVERS[name](self)
-        return self._drivers[name]
+        self.drivers: dict[str, Any] = {}
 
     def epsilon(self, env_steps: Any) -> jax.Array:
         """ε of the actors after ``env_steps`` transitions (``schedule.epsilon``)."""
         return self.actor.epsilon(env_steps)
 
-    # ------------------------------------------------------------------------- the drivers
+    # ------------------------------------------- the drivers (chosen by zoo.drivers.make_driver)
+
+    def driver(self, name: str) -> Any:
+        """The driver ``name`` for this loop (:func:`zoo.drivers.make_driver`, built once)."""
+        return make_driver(name, self)
+
+    @property
+    def host(self) -> Any:
+        """The host driver (:class:`zoo.drivers.HostDriver`): its ``insert``, ``act``,
+        ``sample`` and ``update`` are the body's pieces, each one asynchronously jitted call."""
+        return make_driver("host", self)
 
     def first_act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
-        """Act on the first observation after a reset (nothing to insert yet); both drivers
-        start with it."""
+        """Act on the first observation after a reset (nothing to insert yet); every driver
+        starts with it (:meth:`zoo.drivers.HostDriver.first_act`)."""
         return self.host.first_act(carry, ts)
 
     def step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
@@ -262,12 +262,13 @@ class Loop:
     ) -> tuple[LoopCarry, Any, jax.Array, TimeStep]:
         """Compiled driver: ``steps`` vector steps in a program of ``length`` (default
         ``steps``; :meth:`zoo.drivers.CompiledDriver.chunk`)."""
-        return self.driver("compiled").chunk(carry, handle, prev_done, steps, length)
+        return make_driver("compiled", self).chunk(carry, handle, prev_done, steps, length)
 
     # -------------------------------------------------------------------------- the state
 
     def init(self, learner_state: LearnerState, key: jax.Array) -> LoopCarry:
-        """The carry at step 0 (nothing pending yet: call :meth:`first_act` after a reset).
+        """The carry at step 0 (nothing pending yet: a driver acts first after a reset,
+        :meth:`zoo.drivers.HostDriver.first_act`).
 
         With a :attr:`placement`, the carry (the replay above all) is allocated on the learner's
         first device, where the asynchronous driver keeps it, and committed there (without a
@@ -280,7 +281,7 @@ class Loop:
             device = self.placement.learner[0]
             with jax.default_device(device):
                 carry = self._init(learner_state, key)
-            # a learner state replicated over processes (zoo.distributed) stays where it is
+            # a learner state replicated over processes (zoo.runs.distributed) stays where it is
             local = jax.device_put(dataclasses.replace(carry, learner=None), device)
             return dataclasses.replace(local, learner=carry.learner)
         return self._init(learner_state, key)
@@ -309,27 +310,6 @@ class Loop:
         """``carry`` with a new learner state, the actors acting with its online network
         (:meth:`zoo.learn.LearnStep.with_learner`)."""
         return carry.with_learning(self.learn_step.with_learner(carry.learning(), learner_state))
-
-    def checkpoint_state(self, carry: LoopCarry, games: int, save_replay: bool) -> dict[str, Any]:
-        """What a checkpoint holds: learner, counters, RNG key, and the replay unless opted out.
-
-        The replay is saved with the latest update's priorities written. The pending step,
-        the actors' network and their core state are not saved: environments cannot be
-        checkpointed, so a resumed run starts new episodes, acting with the learner's network.
-        """
-        state = {
-            # this process's copy of a learner replicated over processes (zoo.distributed)
-            "learner": self.learner.unreplicate(carry.learner),
-            "counters": {
-                "env_steps": carry.env_steps,
-                "credit": carry.credit,
-                "games": jnp.asarray(games, jnp.int32),
-            },
-            "key": carry.key,
-        }
-        if save_replay:
-            state["replay"] = self.replay.write_priorities(carry.replay, carry.deferred)
-        return state
 
     # ------------------------------------------------------------- the body, pure functions
 
@@ -404,175 +384,3 @@ class _Due(eqx.Module):
     learning: LearnCarry
     priorities: Any
     credit: jax.Array
-
-
-@dataclass
-class Trainer:
-    """Runs one run on the host around a driver: episode statistics, the non-finite check,
-    logging, evaluation, checkpoints, signals.
-
-    The driver (``loop_path``, one of :data:`zoo.drivers.DRIVERS`) runs the loop body and
-    calls back :meth:`account` after vector steps and :meth:`events` where a log, evaluation or
-    checkpoint may be due (:attr:`next_event`). How long to train and how often to log,
-    evaluate and checkpoint are the run's own settings (units: transitions).
-
-    Over several processes (``group``, :mod:`zoo.distributed`) every process runs a trainer
-    with its own logger and checkpointer; only process 0 evaluates, its early stop is every
-    process's, and an interrupt on any process stops all of them at the next log (the
-    processes decide together, never one alone: an update is a collective).
-    """
-
-    loop: Loop
-    settings: RunSettings
-    loop_path: str
-    logger: MetricsLogger
-    checkpointer: Checkpointer
-    evaluate: Callable[[Any, int], dict[str, Any]]
-    games: int = 0
-    #: whether to draw the progress line (on a terminal, or periodic lines in logs)
-    progress: bool = True
-    #: the run's processes (one by default)
-    group: ProcessGroup = field(default_factory=ProcessGroup)
-    stopped_by_signal: bool = field(default=False, init=False)
-    #: transitions accounted so far (the host's count, after the driver reported them)
-    env_steps: int = field(default=0, init=False)
-    #: learner updates reported so far
-    updates: int = field(default=0, init=False)
-    _tracker: EpisodeTracker | None = field(default=None, init=False, repr=False)
-    _progress: Progress | None = field(default=None, init=False, repr=False)
-    _next: dict[str, int] = field(default_factory=dict, init=False, repr=False)
-    _window: dict[str, list[float]] = field(default_factory=dict, init=False, repr=False)
-    _start: tuple[float, int, int] = field(default=(0.0, 0, 0), init=False, repr=False)
-    _driver: Any = field(default=None, init=False, repr=False)
-    _signalled: list[bool] = field(default_factory=list, init=False, repr=False)
-
-    def state_of(self, carry: LoopCarry, games: int) -> dict[str, Any]:
-        """The checkpointable run state (see :meth:`Loop.checkpoint_state`)."""
-        return self.loop.checkpoint_state(carry, games, self.settings.save_replay)
-
-    def checkpoint(self, carry: LoopCarry, games: int) -> None:
-        env_steps = int(carry.env_steps)
-        self.checkpointer.save(
-            env_steps,
-            self.state_of(carry, games),
-            {
-                "env_steps": env_steps,
-                "updates": int(carry.learner.updates),
-                "games": games,
-                "replay_saved": self.settings.save_replay,
-            },
-        )
-
-    @property
-    def next_event(self) -> int:
-        """The transition count at which the next log, evaluation or checkpoint is due."""
-        return min(self._next.values())
-
-    def run(self, carry: LoopCarry) -> LoopCarry:
-        """Train until ``total_env_steps`` (or a signal, or ``stop_at_return``)."""
-        cfg, loop, env = self.settings, self.loop, self.loop.env
-        driver = loop.driver(self.loop_path)
-        self._driver = driver
-        self.env_steps = int(carry.env_steps)
-        self.updates = int(carry.learner.updates)
-        self._tracker = EpisodeTracker(env.num_envs)
-        self._progress = Progress(cfg.total_env_steps)
-        self._progress.enabled = self._progress.enabled and self.progress
-        self._next = {
-            name: (self.env_steps // every + 1) * every
-            for name, every in (
-                ("log", cfg.log_every),
-                ("eval", cfg.eval_every),
-                ("ckpt", cfg.checkpoint_every),
-            )
-        }
-        self._window = {}
-        self._start = (time.perf_counter(), self.env_steps, self.updates)
-        interrupted: list[bool] = []
-        # one process alone never stops: its signal is agreed on at the next log (events)
-        heard = self._signalled if self.group.several else interrupted
-        carry = carry.reset_metrics()
-        ts = env.reset()
-        carry, actions = loop.first_act(carry, ts)
-        try:
-            with stops.heard_while(heard):
-                carry = driver.run(carry, actions, self, interrupted)
-        finally:
-            self._progress.update(self.env_steps, self.updates, final=True)
-        return carry
-
-    def account(self, timesteps: list[Any], report: Any) -> None:
-        """Episode statistics, counters and the non-finite check after some vector steps.
-
-        Args:
-          timesteps: the environments' TimeSteps of those vector steps, in order (host arrays).
-          report: ``[updates, loss]`` of the learner state the actors acted with last.
-        """
-        n = self.loop.step_transitions
-        for ts in timesteps:
-            self.env_steps += n
-            finished = self._tracker.update(ts)
-            if finished:
-                self.games += len(finished)
-                returns = [e.episode_return for e in finished]
-                self._progress.add_returns(returns)
-                self._window.setdefault("return", []).extend(returns)
-                self._window.setdefault("length", []).extend(float(e.length) for e in finished)
-        updates, loss = int(report[0]), float(report[1])
-        if updates != self.updates and not math.isfinite(loss):
-            raise NonFiniteLossError(
-                f"the loss became {loss} at learner update {updates} (env step "
-                f"{self.env_steps}); the run stopped and kept its last good checkpoint"
-            )
-        self.updates = updates
-        self._progress.update(self.env_steps, self.updates)
-
-    def events(self, carry: LoopCarry, interrupted: list[bool]) -> tuple[LoopCarry, bool]:
-        """Log, evaluate and checkpoint when due; whether to stop."""
-        cfg, env_steps, nxt = self.settings, self.env_steps, self._next
-        done = env_steps >= cfg.total_env_steps
-        if env_steps >= nxt["log"] or done:
-            while nxt["log"] <= env_steps:
-                nxt["log"] += cfg.log_every
-            if self.group.several and self.group.any(bool(self._signalled)):
-                interrupted.append(True)
-            # the per-step report is the actors' (one update behind): log the learner's count
-            updates = int(carry.learner.updates)
-            t0, steps0, updates0 = self._start
-            elapsed = max(time.perf_counter() - t0, 1e-9)
-            record: dict[str, Any] = {
-                "env_steps": env_steps,
-                "updates": updates,
-                "games": self.games,
-                "epsilon": float(self.loop.epsilon(env_steps)),
-                "loop": self.loop_path,
-                "env_steps_per_s": (env_steps - steps0) / elapsed,
-                "updates_per_s": (updates - updates0) / elapsed,
-            }
-            record.update({k: float(np.mean(v)) for k, v in self._window.items() if v})
-            record.update(carry.metric_means())
-            driver_stats = getattr(self._driver, "stats", None)
-            if driver_stats is not None:
-                record.update(driver_stats())
-            self._window.clear()
-            carry = carry.reset_metrics()
-            self.logger.log(record)
-        stop = False
-        if env_steps >= nxt["eval"] or done:
-            while nxt["eval"] <= env_steps:
-                nxt["eval"] += cfg.eval_every
-            target = cfg.stop_at_return
-            if self.group.main:
-                online = self.loop.learner.unreplicate(carry.learner).online
-                result = self.evaluate(online, env_steps)
-                stop = target is not None and result["mean_return"] >= target
-            if target is not None:
-                stop = bool(self.group.broadcast(float(stop)))
-        if env_steps >= nxt["ckpt"] or done or stop or interrupted:
-            while nxt["ckpt"] <= env_steps:
-                nxt["ckpt"] += cfg.checkpoint_every
-            self.checkpoint(carry, self.games)
-        if interrupted:
-            self.stopped_by_signal = True
-            stop = True
-        return carry, stop

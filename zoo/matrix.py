@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zoo.rundir import RunDir, RunSettingsError, safe_component
+from zoo.runs.rundir import RunDir, RunSettingsError, safe_component
 from zoo.runs.settings import check_given
 
 #: The settings a matrix decides for each of its runs (never given among the new-run settings).
@@ -48,7 +48,7 @@ class RunTarget:
 
     Attributes:
       path: the run directory (``ROOT/<algorithm>/<game>/seed<k>``).
-      algorithm: what :func:`zoo.run.train` is given for a new run: ``preset:NAME``, a preset
+      algorithm: what :func:`zoo.runs.train` is given for a new run: ``preset:NAME``, a preset
         file, a catalogue name or ``FILE.yaml[:ENTRY]``.
       env: the environment id.
       seed: the run's seed.
@@ -57,7 +57,7 @@ class RunTarget:
       protocol: the evaluation protocol; ``None`` lets the preset or environment choose.
       overrides: dotted overrides for a new run (a resumed run keeps its own spec).
       settings: the other settings of a new run, by their names in
-        :class:`zoo.runs.settings.RunSettings`, as :func:`zoo.run.train` takes them (left out:
+        :class:`zoo.runs.settings.RunSettings`, as :func:`zoo.runs.train` takes them (left out:
         its default); a resumed run keeps its own.
     """
 
@@ -119,7 +119,7 @@ def run_targets(
     """The targets ``ROOT/<folder>/<env>/seed<k>`` of one algorithm over ``envs`` × seeds
     ``0 .. seeds-1`` (environment-major), with the same ``preset``, ``protocol``, ``overrides``
     and new-run ``settings`` (see :class:`RunTarget`); environment ids become folder names
-    through :func:`zoo.rundir.safe_component`.
+    through :func:`zoo.runs.rundir.safe_component`.
 
     Raises:
       TypeError: ``settings`` names a setting the matrix itself decides, or no setting at all.
@@ -173,7 +173,7 @@ def run_state(run_dir: str | os.PathLike[str]) -> int | None:
     ckpt = RunDir(run_dir).checkpoints
     if not ckpt.is_dir() or not any(ckpt.iterdir()):
         return None
-    from zoo.checkpoint import Checkpointer
+    from zoo.runs.checkpoint import Checkpointer
 
     checkpointer = Checkpointer(ckpt)
     try:
@@ -220,7 +220,7 @@ def ensure_run(
 
     Args:
       target: the run.
-      progress: show the run's progress line (see :mod:`zoo.metrics`).
+      progress: show the run's progress line (see :mod:`zoo.runs.metrics`).
       log: where status lines go (``<path>: resuming from 1,500 env steps``).
 
     Returns:
@@ -228,9 +228,9 @@ def ensure_run(
 
     Raises:
       TargetError: the folder holds another run.
-      zoo.run.RunRefusedError, zoo.run.RunError: as :func:`zoo.run.train` raises them.
+      zoo.runs.RunRefusedError, zoo.runs.RunError: as :func:`zoo.runs.train` raises them.
     """
-    from zoo.run import train
+    from zoo.runs import train
 
     path, steps = target.path, target.env_steps
     is_run = RunDir(path).is_run()

@@ -32,7 +32,7 @@ from zoo import compare as compare_lib
 from zoo import reference as ref_lib
 from zoo import spec as spec_lib
 from zoo.matrix import TargetError, agent_steps, check_target, ensure_run, run_targets
-from zoo.rundir import safe_component
+from zoo.runs.rundir import safe_component
 
 __all__ = ["ReproduceError", "ReproduceResult", "game_env_id", "reproduce"]
 
@@ -122,7 +122,7 @@ def reproduce(
       settings: settings of new runs by their names in :class:`zoo.runs.settings.RunSettings`
         (``eval_episodes``, ``eval_every``, ``checkpoint_every`` (default: a fifth of the
         budget; a long run interrupted loses at most this much), ``num_envs``, ``loop``, ...),
-        as :func:`zoo.run.train` takes them; a resumed run keeps its own.
+        as :func:`zoo.runs.train` takes them; a resumed run keeps its own.
 
     Raises:
       ReproduceError: the preset has no budget and no ``frames`` was given, a game is unknown, or a

@@ -13,10 +13,11 @@ The targets come from the learner's target network as it is when the rollout is 
 phase, so at every rollout it equals the online network: PQN exactly, with no second network
 ever read. A longer period (a multiple of it) is a target network that lags whole rollouts.
 
-It is a *data kind*, not a fork of the loop: :class:`RolloutStore` has the replay's interface
-(``init / add / seal / nbytes``, the priority hooks as no-ops, and
-:meth:`RolloutStore.learning_parts`), so :class:`zoo.loop.Loop`, both drivers and the trainer
-run it unchanged:
+It is a *data kind*, not a fork of the loop: :func:`zoo.data.build_data` builds it for a spec
+with a ``rollout`` section (:func:`build_rollout`), and :class:`RolloutStore` has the replay's
+interface (``init / add / seal / nbytes``, the priority hooks as no-ops) and its own
+:meth:`RolloutStore.learning_parts`, which :func:`zoo.data.learning_parts` hands the loop, so
+:class:`zoo.loop.Loop`, both drivers and the trainer run it unchanged:
 
 - the store writes each vector step at its cursor (time-major ``[T, N]``) and the environment's
   next observation after it, so the last step bootstraps from the observation that followed it;
@@ -398,7 +399,8 @@ def build_rollout(
     observation_shape: tuple[int, ...],
     observation_dtype: Any,
 ) -> RolloutStore:
-    """The rollout store of a spec with a ``rollout`` section (allocates nothing)."""
+    """The rollout store of a spec with a ``rollout`` section (allocates nothing; what
+    :func:`zoo.data.build_data` returns for it)."""
     if spec.rollout is None:
         raise ValueError(f"{spec.name or 'this spec'} has no `rollout` section")
     return RolloutStore(

@@ -29,11 +29,11 @@ import jax
 import jax.numpy as jnp
 
 from zoo import spec as spec_lib
+from zoo.data import build_data
 from zoo.envs import make
 from zoo.jit import async_jit
 from zoo.learner import Learner
 from zoo.loop import EnvShape, Loop, LoopCarry
-from zoo.replay import build_replay
 
 __all__ = ["VmappedSeeds", "time_vmapped_seeds"]
 
@@ -73,7 +73,7 @@ class VmappedSeeds:
                 "observations (XLA:CPU runs convolutions inside loops slowly)"
             )
         per_seed = EnvShape.of(self.env, num_envs=num_envs)
-        self.replay = build_replay(
+        self.replay = build_data(
             self.spec,
             num_envs=num_envs,
             observation_shape=self.env.observation_shape,

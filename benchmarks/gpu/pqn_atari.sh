@@ -26,7 +26,7 @@ for loop in compiled host; do
   $PY - "$R/$loop/metrics.jsonl" "$loop" <<'EOF'
 import sys
 from pathlib import Path
-from zoo.metrics import read_jsonl, windowed_rate
+from zoo.runs.metrics import read_jsonl, windowed_rate
 path, loop = Path(sys.argv[1]), sys.argv[2]
 try:  # from the first training record (compile and warm-up behind it) to the last
     rate, _ = windowed_rate(read_jsonl(path) if path.is_file() else [])

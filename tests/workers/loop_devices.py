@@ -17,10 +17,10 @@ import jax.numpy as jnp
 
 import zoo
 from tests.test_loop import small
+from zoo.data import build_data as build_replay
 from zoo.envs import make
 from zoo.learner import learner_for_devices
 from zoo.loop import Loop
-from zoo.replay import build_replay
 
 
 def build(spec, num_envs: int):

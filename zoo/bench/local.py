@@ -3,7 +3,7 @@ machine's cores and memory.
 
 **Admission** (:func:`admit`): a queued task starts only when, beside the tasks already
 running, its CPU cores fit in the cores given to the bench, its planned peak memory fits in the
-memory budget (by default :data:`zoo.memory.SAFETY` × the memory available when the bench
+memory budget (by default :data:`zoo.runs.memory.SAFETY` × the memory available when the bench
 starts), and fewer than ``--jobs`` tasks run. Tasks are taken in matrix order; one that does not
 fit yet waits while later, smaller ones may start.
 
@@ -22,7 +22,7 @@ is gone (killed with SIGKILL, crashed) interrupts itself the same way, so no tra
 bench. Rerunning resumes.
 
 The matrix's progress (done, running, queued, failed, ETA) follows ``--progress`` /
-``ZOO_PROGRESS`` (:class:`zoo.metrics.ProgressMode`): a line redrawn in place on a terminal, a
+``ZOO_PROGRESS`` (:class:`zoo.runs.progress.ProgressMode`): a line redrawn in place on a terminal, a
 line every 30 s in a log; every start, finish and failure is a line of its own.
 """
 
@@ -42,8 +42,8 @@ from multiprocessing.connection import wait as wait_for
 from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
 
-from zoo.metrics import ProgressMode, format_duration
-from zoo.rundir import RunDir
+from zoo.runs.progress import ProgressMode, format_duration
+from zoo.runs.rundir import RunDir
 
 __all__ = [
     "Job",
@@ -156,9 +156,9 @@ def pin_plan(free: list[int] | None, claim: int, together: int) -> list[int] | N
 
 
 def memory_budget() -> int | None:
-    """The memory the bench may plan on: :data:`zoo.memory.SAFETY` × the memory available now
+    """The memory the bench may plan on: :data:`zoo.runs.memory.SAFETY` × the memory available now
     (``None`` where it cannot be read)."""
-    from zoo.memory import SAFETY, available_memory
+    from zoo.runs.memory import SAFETY, available_memory
 
     available = available_memory()
     return None if available is None else int(SAFETY * available)
@@ -201,7 +201,7 @@ def _output_to(path: Path) -> Iterator[None]:
 def _error_line(error: BaseException) -> str:
     """One line naming ``error``: zoo's own errors by their message, others with their type."""
     from zoo.matrix import TargetError
-    from zoo.rundir import RunError
+    from zoo.runs.rundir import RunError
     from zoo.spec import SpecError
 
     if isinstance(error, SpecError):
@@ -299,7 +299,7 @@ class MatrixProgress:
     """The matrix's progress on a stream: done, running, queued and failed tasks, and an ETA.
 
     Every start, finish and failure is a line; the status line follows ``mode``
-    (:class:`zoo.metrics.ProgressMode`): redrawn in place (``bar``), every so many seconds, at
+    (:class:`zoo.runs.progress.ProgressMode`): redrawn in place (``bar``), every so many seconds, at
     every N% of the env steps to train, or never (``off``). The ETA is the time the env steps
     trained so far took, scaled to those left (read from each running run's
     ``metrics.jsonl``; runs without one count as not started).

@@ -3,9 +3,9 @@
 Each task knows its run directory (``ROOT/<algorithm>/<game>/seed<k>``, the layout of ``zoo
 reproduce``), its environment, seed and budget, the state of its folder (new, partial or
 finished: :func:`zoo.matrix.check_target`), the **planned peak memory** of its run
-(:func:`zoo.run.plan_memory`: replay + parameters + :data:`zoo.memory.RUN_OVERHEAD`) and the CPU
-cores and GPUs it claims. Executors (:mod:`zoo.bench.local`, :mod:`zoo.bench.ray_launcher`)
-admit tasks by those figures.
+(:func:`zoo.runs.assemble.plan_memory`: replay + parameters +
+:data:`zoo.runs.memory.RUN_OVERHEAD`) and the CPU cores and GPUs it claims. Executors
+(:mod:`zoo.bench.local`, :mod:`zoo.bench.ray_launcher`) admit tasks by those figures.
 
 An algorithm is named as in ``zoo reproduce``: a preset (``dqn_cartpole``, ``preset:c51``, a
 preset file) brings its own settings and must use the suite's protocol; anything else (a
@@ -35,7 +35,7 @@ from zoo.matrix import (
     ensure_run,
     run_targets,
 )
-from zoo.rundir import RunDir, safe_component
+from zoo.runs.rundir import RunDir, safe_component
 
 __all__ = ["BenchTask", "plan_bench"]
 
@@ -122,7 +122,7 @@ def plan_bench(
       games: a subset of the suite's games (default: all of them).
       overrides: dotted overrides for new runs (``--set``); resumed runs keep their own spec.
       settings: settings of new runs by their names in
-        :class:`zoo.runs.settings.RunSettings`, as :func:`zoo.run.train` takes them.
+        :class:`zoo.runs.settings.RunSettings`, as :func:`zoo.runs.train` takes them.
       cpus, gpus: what each run claims.
       log: where notes go.
 
@@ -134,7 +134,8 @@ def plan_bench(
       BenchError: anything that would stop a run, found before any starts (see the module).
     """
     from zoo.envs import get_protocol
-    from zoo.run import RunRefusedError, plan_memory
+    from zoo.runs import RunRefusedError
+    from zoo.runs.assemble import plan_memory
 
     if seeds < 1:
         raise BenchError(f"--seeds must be at least 1, not {seeds}")

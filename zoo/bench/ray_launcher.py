@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from zoo.bench.errors import BenchError
 from zoo.bench.local import JobResult, MatrixProgress, execute
-from zoo.metrics import ProgressMode
+from zoo.runs.progress import ProgressMode
 
 __all__ = ["connect", "run_ray"]
 

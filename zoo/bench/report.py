@@ -45,7 +45,7 @@ from zoo.bench.errors import BenchError
 from zoo.bench.published import PublishedRuns, published
 from zoo.bench.suites import STATISTICS, Suite, get_suite
 from zoo.fileio import make_output_dir, save_figure, write_atomic
-from zoo.rundir import RunDir, RunSettingsError
+from zoo.runs.rundir import RunDir, RunSettingsError
 
 __all__ = ["BenchData", "BenchRun", "collect", "write_report"]
 
@@ -149,7 +149,7 @@ class BenchData:
 
 
 def _wall_seconds(path: Path) -> float | None:
-    from zoo.rundir import read_history
+    from zoo.runs.rundir import read_history
 
     total, start = 0.0, None
     for event in read_history(path):

@@ -23,7 +23,7 @@ from zoo.bench.errors import BenchError
 from zoo.bench.local import JobResult
 from zoo.bench.plan import BenchTask, plan_bench
 from zoo.bench.suites import get_suite
-from zoo.metrics import ProgressMode
+from zoo.runs.progress import ProgressMode
 
 __all__ = ["LAUNCHERS", "BenchResult", "bench", "summary", "write_report_for"]
 
@@ -103,7 +103,7 @@ def bench(
       log: where status lines go.
       settings: settings of new runs by their names in :class:`zoo.runs.settings.RunSettings`
         (``eval_episodes``, ``eval_every``, ``eval_max_steps``, ``checkpoint_every``,
-        ``num_envs``, ``loop``, ...), as :func:`zoo.run.train` takes them.
+        ``num_envs``, ``loop``, ...), as :func:`zoo.runs.train` takes them.
 
     Raises:
       BenchError: an unknown suite or launcher, or anything :func:`plan_bench` refuses;

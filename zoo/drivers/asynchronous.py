@@ -56,7 +56,7 @@ from zoo.learn import learner_report
 from zoo.learner import DataParallelLearner
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zoo.loop import Loop, LoopCarry, Trainer
+    from zoo.drivers.protocol import CarryLike, LoopLike, TrainerLike
 
 __all__ = ["AsyncDriver", "Placement", "request_cpu_devices"]
 
@@ -198,13 +198,13 @@ class AsyncDriver:
 
     name = "async"
 
-    def __init__(self, loop: Loop):
+    def __init__(self, loop: LoopLike):
         self.loop = loop
         self.placement = loop.placement or Placement.choose()
         self.max_lag = int(loop.max_lag)
         if self.max_lag < 1:
             raise ValueError(f"max_lag must be at least 1, got {self.max_lag}")
-        # transitions of the run per vector step (P × N over P processes, zoo.distributed)
+        # transitions of the run per vector step (P × N over P processes, zoo.runs.distributed)
         n, period = loop.step_transitions, loop.credit.period
         self.queue_steps = int(loop.queue_steps or max(2, math.ceil(period / n)))
         # the queue, the step in the actor's hands and the one being consumed (each n
@@ -315,7 +315,7 @@ class AsyncDriver:
         shared.report = np.asarray(_jit_report(learner_state.updates, loss))
         shared.params_updates = int(shared.report[0])
 
-    def _place(self, carry: LoopCarry) -> LoopCarry:
+    def _place(self, carry: CarryLike) -> CarryLike:
         """The learner's state and the replay on the learner's devices."""
         learning = carry.learning()
         learning = learning._replace(
@@ -334,8 +334,8 @@ class AsyncDriver:
         )
 
     def run(
-        self, carry: LoopCarry, actions: Any, trainer: Trainer, interrupted: list[bool]
-    ) -> LoopCarry:
+        self, carry: CarryLike, actions: Any, trainer: TrainerLike, interrupted: list[bool]
+    ) -> CarryLike:
         """Train with an actor thread until the budget, a stop or a signal."""
         credit_rule, n = self.loop.credit, self.loop.step_transitions
         self.total = trainer.settings.total_env_steps
@@ -403,7 +403,7 @@ class AsyncDriver:
             except queue.Empty:
                 continue
 
-    def _learn(self, carry: LoopCarry) -> LoopCarry:
+    def _learn(self, carry: CarryLike) -> CarryLike:
         """One learn step on the learner's devices, dispatched without waiting for it."""
         learning, replay = self.loop.learn_step.learn(
             carry.learning(), carry.replay, sample=self._sample, update=self._update,

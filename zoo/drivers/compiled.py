@@ -14,9 +14,9 @@ rows past the count stay zero and the host reads only the first ``steps``. (A ``
 iteration: measured 5-10% slower on CartPole than the fixed-length scan, where this loop costs
 the same; envpool's handle is stepped exactly ``steps`` times.)
 
-Each chunk ends at the next log, evaluation or checkpoint (:attr:`zoo.loop.Trainer.next_event`)
-or at the end of the budget, whichever comes first, so events fall at the same vector steps as
-with the host driver, whatever their periods.
+Each chunk ends at the next log, evaluation or checkpoint (the trainer's ``next_event``,
+:attr:`zoo.runs.trainer.Trainer.next_event`) or at the end of the budget, whichever comes first,
+so events fall at the same vector steps as with the host driver, whatever their periods.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from zoo.jit import async_jit
 from zoo.learn import learner_report
 
 if TYPE_CHECKING:  # pragma: no cover
+    from zoo.drivers.protocol import CarryLike, LoopLike, TrainerLike
     from zoo.envs import TimeStep
-    from zoo.loop import Loop, LoopCarry, Trainer
 
 __all__ = ["CompiledDriver", "chunk_length"]
 
@@ -58,11 +58,11 @@ class CompiledDriver:
 
     name = "compiled"
 
-    def __init__(self, loop: Loop) -> None:
+    def __init__(self, loop: LoopLike) -> None:
         if not loop.learner.traceable:
             raise ValueError(
                 "the compiled driver runs the update inside a compiled loop, which a learner "
-                "over several processes cannot (zoo.distributed); use the host driver"
+                "over several processes cannot (zoo.runs.distributed); use the host driver"
             )
         self.loop = loop
         self.traces = 0
@@ -75,17 +75,18 @@ class CompiledDriver:
 
     def chunk(
         self,
-        carry: LoopCarry,
+        carry: CarryLike,
         handle: Any,
         prev_done: jax.Array,
         steps: int,
         length: int | None = None,
-    ) -> tuple[LoopCarry, Any, jax.Array, TimeStep]:
+    ) -> tuple[CarryLike, Any, jax.Array, TimeStep]:
         """``steps`` vector steps in a program of ``length`` (``carry`` and ``handle`` are
         donated).
 
         Args:
-          carry: the loop carry, with the step acted on pending (after ``Loop.first_act``).
+          carry: the loop carry, with the step acted on pending (after
+            :meth:`zoo.drivers.host.HostDriver.first_act`).
           handle: envpool's XLA handle (after a host ``reset()``).
           prev_done: ``[N]`` terminated | truncated of the last step (False after a reset).
           steps: vector steps to run, ``0 <= steps <= length`` (passed traced: any count
@@ -103,7 +104,7 @@ class CompiledDriver:
             raise ValueError(f"a chunk of length {length} cannot run {steps} steps")
         return self._chunk(length, carry, handle, prev_done, np.asarray(steps, np.int32))
 
-    def _loop(self, carry: LoopCarry, handle: Any, prev_done: jax.Array, steps, length: int):
+    def _loop(self, carry: CarryLike, handle: Any, prev_done: jax.Array, steps, length: int):
         self.traces += 1
         env = self.loop.env
         _, _, _, xla_step = env.xla()
@@ -141,8 +142,8 @@ class CompiledDriver:
         return carry, handle, prev_done, rows
 
     def run(
-        self, carry: LoopCarry, actions: Any, trainer: Trainer, interrupted: list[bool]
-    ) -> LoopCarry:
+        self, carry: CarryLike, actions: Any, trainer: TrainerLike, interrupted: list[bool]
+    ) -> CarryLike:
         """Compiled chunks, the host's accounting of one chunk overlapping the next.
 
         Each chunk runs to the next event or the end of the budget (at most the program's
@@ -181,7 +182,7 @@ class CompiledDriver:
         return carry
 
 
-def _account_chunk(trainer: Trainer, chunk: Any, report: Any, steps: int) -> None:
+def _account_chunk(trainer: TrainerLike, chunk: Any, report: Any, steps: int) -> None:
     """Account a chunk's first ``steps`` vector steps, one TimeStep at a time (host arrays)."""
     rows = jax.tree.map(np.asarray, chunk)
     timesteps = [jax.tree.map(lambda x, t=t: x[t], rows) for t in range(steps)]

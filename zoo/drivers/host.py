@@ -27,8 +27,8 @@ from zoo.jit import async_jit
 from zoo.learn import learner_report
 
 if TYPE_CHECKING:  # pragma: no cover
+    from zoo.drivers.protocol import CarryLike, LoopLike, TrainerLike
     from zoo.envs import TimeStep
-    from zoo.loop import Loop, LoopCarry, Trainer
 
 __all__ = ["HostDriver"]
 
@@ -52,7 +52,7 @@ class HostDriver:
 
     name = "host"
 
-    def __init__(self, loop: Loop):
+    def __init__(self, loop: LoopLike):
         self.loop = loop
         self.insert = async_jit(loop.insert, donate_argnums=(1,))
         self.act = async_jit(self._act)
@@ -89,7 +89,7 @@ class HostDriver:
         key, core, pending, actions = self.loop.actor.act(actor, key, core, env_steps, ts)
         return key, core, pending, actions, report
 
-    def _act_on(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
+    def _act_on(self, carry: CarryLike, ts: TimeStep) -> tuple[CarryLike, jax.Array, jax.Array]:
         # only the acting fields go through the call: a jitted function that returns an
         # argument it was given (the replay, here) returns a copy of it unless it is donated
         key, core, pending, actions, report = self.act(
@@ -97,14 +97,14 @@ class HostDriver:
         )
         return dataclasses.replace(carry, key=key, core=core, pending=pending), actions, report
 
-    def first_act(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array]:
+    def first_act(self, carry: CarryLike, ts: TimeStep) -> tuple[CarryLike, jax.Array]:
         """Act on the first observation after a reset (nothing to insert yet)."""
         self._env_steps = int(carry.env_steps)
         self._credit = float(carry.credit)
         carry, actions, _ = self._act_on(carry, ts)
         return carry, actions
 
-    def learn(self, carry: LoopCarry) -> LoopCarry:
+    def learn(self, carry: CarryLike) -> CarryLike:
         """One learn step, dispatched without waiting for it."""
         loop = self.loop
         learning, replay = loop.learn_step.learn(
@@ -113,7 +113,7 @@ class HostDriver:
         )  # fmt: skip
         return carry.with_learning(learning, replay=replay, credit=loop.credit.spend(carry.credit))
 
-    def step(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
+    def step(self, carry: CarryLike, ts: TimeStep) -> tuple[CarryLike, jax.Array, jax.Array]:
         """Insert the pending step with the environment's answer ``ts``, learn, act on ``ts``.
 
         ``carry`` is donated (do not use it afterwards). Returns the new carry, the actions
@@ -132,8 +132,8 @@ class HostDriver:
         return self._act_on(carry, ts)
 
     def run(
-        self, carry: LoopCarry, actions: Any, trainer: Trainer, interrupted: list[bool]
-    ) -> LoopCarry:
+        self, carry: CarryLike, actions: Any, trainer: TrainerLike, interrupted: list[bool]
+    ) -> CarryLike:
         """Step the environments and the body until the budget, a stop or a signal."""
         env = self.loop.env
         while trainer.env_steps < trainer.settings.total_env_steps:

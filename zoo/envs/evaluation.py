@@ -21,7 +21,8 @@ Policy = Callable[[np.ndarray], Any]
 #: Called after every vector step of an evaluation with keyword arguments ``games`` (counted so
 #: far), ``episodes``, ``agent_steps`` (played so far), ``bound`` (the most agent steps the
 #: evaluation can play, or ``None``), ``env_id``, ``protocol``, ``episode_cap`` (the most agent
-#: steps of one game, or ``None``) and ``epsilon``; :class:`zoo.metrics.EvaluationProgress` is one.
+#: steps of one game, or ``None``) and ``epsilon``;
+#: :class:`zoo.runs.progress.EvaluationProgress` is one.
 ProgressCallback = Callable[..., None]
 
 

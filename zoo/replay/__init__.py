@@ -20,6 +20,12 @@ See :mod:`zoo.replay.base` for the slot semantics and eligibility rule,
 :mod:`zoo.replay.transitions` for n-step windows, :mod:`zoo.replay.frames` for frame stacks
 (Mnih et al. 2015) and :mod:`zoo.replay.sequences` for R2D2 sequences (Kapturowski et al. 2019).
 
+The replay stores and samples; it builds no learn step and imports nothing of the learner, the
+learn step, the rollout store or the loop. :func:`zoo.data.build_data` builds the data a spec
+learns from (this replay, or a rollout store for a spec with a ``rollout`` section) and
+:func:`zoo.data.learning_parts` says how the loop learns from it (for a replay,
+:func:`zoo.learn.replay_learning_parts`).
+
 Sampling (Schaul et al. 2016, proportional) is O(N) per call over all items (see
 :mod:`zoo.replay.sampling`). Measured on the project's 2-core CPU (jax 0.10.2), one jitted
 ``sample`` of a batch of 32 n = 3 transitions with stacks of 4 84×84 frames, at 1M items (1 or
@@ -73,7 +79,7 @@ def build_replay(
     stack: int = 1,
     core_state: PyTree | None = None,
     repeat_first_frame: bool = False,
-) -> Any:
+) -> TransitionReplay | SequenceReplay:
     """Build the replay a spec describes; allocates nothing (call ``init()``).
 
     Args:
@@ -93,25 +99,20 @@ def build_replay(
     Returns:
       A :class:`TransitionReplay` (feed-forward) or :class:`SequenceReplay` (``replay.sequence``
       set; sequence items start every ``period`` slots, and the slots per env are rounded down to
-      a multiple of ``period``); with a ``rollout`` section, no replay but the data kind that
-      replaces it, a :class:`zoo.rollout.RolloutStore` of ``rollout.length`` vector steps (stacked
-      observations stored whole).
+      a multiple of ``period``).
 
     Raises:
-      ValueError: the capacity per env is too small for one window (with its frame stack), or a
-        stored-state sequence replay got no ``core_state`` template.
+      ValueError: the spec has a ``rollout`` section (it learns from no replay: build its data
+        with :func:`zoo.data.build_data`), the capacity per env is too small for one window (with
+        its frame stack), or a stored-state sequence replay got no ``core_state`` template.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
     if getattr(spec, "rollout", None) is not None:
-        # the replay-free data kind (PQN): the latest rollout only, learned from whole
-        from zoo.rollout import build_rollout  # zoo.rollout imports the learn step
-
-        return build_rollout(
-            spec,
-            num_envs=num_envs,
-            observation_shape=observation_shape,
-            observation_dtype=observation_dtype,
+        name = getattr(spec, "name", "") or "this spec"
+        raise ValueError(
+            f"{name} has a `rollout` section: it learns from a rollout store, not a replay; "
+            "build its data with zoo.data.build_data instead of zoo.replay.build_replay"
         )
     replay = spec.replay
     per_env = replay.capacity // num_envs

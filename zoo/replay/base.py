@@ -154,22 +154,6 @@ class Replay(abc.ABC):
             max_priority=jnp.ones((), jnp.float32),
         )
 
-    def learning_parts(self, learner: Any, spec: Any, num_envs: int) -> tuple[Any, Any]:
-        """How the loop learns from this data kind: ``(learn_step, credit)``.
-
-        A replay is sampled: one :class:`~zoo.learn.LearnStep` (sample → update → priorities) per
-        ``schedule.update_period`` credited transitions once ``replay.min_size`` are in
-        (:class:`~zoo.learn.UpdateCredit`). Another data kind returns its own pair with the same
-        interfaces (:meth:`zoo.rollout.RolloutStore.learning_parts`); the loop composes whatever
-        it is given.
-        """
-        from zoo.learn import LearnStep, UpdateCredit  # zoo.learn imports the replay
-
-        # over P processes (zoo.distributed) every vector step brings the run P × N
-        # transitions; each process samples its share of the batch from its own shard
-        transitions = num_envs * learner.num_processes
-        return LearnStep(learner, self, spec.replay.batch_size), UpdateCredit(spec, transitions)
-
     def nbytes(self) -> int:
         """Exact bytes :meth:`init` allocates, computed from shapes without allocating."""
         shapes = jax.eval_shape(self.init)

@@ -2,8 +2,9 @@
 
 A kind tells the rest of the zoo what its sampling means: whether items carry priorities (so the
 loss returns them and the loop writes them back) and the rule that draws items from their
-weights. The arrays themselves are built by :func:`zoo.replay.build_replay`, which hands the
-kind's rule to the replay; a new kind is one registration here (or in user code)::
+weights. The arrays themselves are built by :func:`zoo.replay.build_replay` (which
+:func:`zoo.data.build_data` calls for a spec that learns from a replay), which hands the kind's
+rule to the replay; a new kind is one registration here (or in user code)::
 
     @zoo.registry.register("replay", "rank_based")
     def rank_based(config) -> ReplayKind:

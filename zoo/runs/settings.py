@@ -340,7 +340,7 @@ class RunSettings(BaseModel):
     processes: int = Field(
         1,
         ge=1,
-        description="processes training together with jax.distributed (zoo.distributed), each "
+        description="processes training together with jax.distributed (zoo.runs.distributed), each "
         "with num_envs environments and a replay shard of capacity / processes",
     )
 

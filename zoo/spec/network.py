@@ -422,7 +422,7 @@ def network_parameter_lower_bound(network: NetworkSpec) -> int:
 
     Counts the weights between consecutive layers whose widths the spec fixes (MLP torso sizes,
     the core, the hidden layers, one output per action and atom); the input layer and convolutions
-    depend on the observation and are left out. :func:`zoo.run.train` counts exactly (with
+    depend on the observation and are left out. :func:`zoo.runs.train` counts exactly (with
     ``jax.eval_shape``) before building anything.
     """
     widths: list[int] = []

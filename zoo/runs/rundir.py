@@ -22,6 +22,21 @@ A run directory is created fresh or resumed, never both, and never by two proces
   records; :class:`RunSettings` is ``run.yaml``. ``zoo train``, ``zoo compare``, ``zoo
   reproduce`` and ``zoo bench`` read runs through them.
 
+A run directory holds::
+
+    spec.yaml          the resolved algorithm (after extends and overrides)
+    run.yaml           the run's settings (environment, protocol, budget, seed, ...)
+    provenance.json    package versions, git commit, hardware, protocol, seed, command line
+    history.jsonl      created, resumed, restarted, stopped: who did what, when
+    metrics.jsonl      training records (env_steps, updates, returns, loss, rates, ...)
+    eval.jsonl         evaluation results under the protocol
+    tb/                TensorBoard event files
+    checkpoints/       Orbax checkpoints of the whole run state (replay included unless opted out)
+
+``--resume DIR`` continues from the newest checkpoint: counters, schedules, RNG, optimizer and
+replay continue; open episodes restart (environments cannot be checkpointed) and records logged
+after the checkpoint are truncated, so nothing is duplicated and nothing checkpointed is lost.
+
 This module needs neither JAX nor the spec's models.
 """
 
@@ -33,6 +48,7 @@ import json
 import os
 import re
 import socket
+import stat
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -44,6 +60,11 @@ from pydantic import ValidationError
 from zoo.fileio import open_append, read_text
 from zoo.runs.errors import RunError, RunRefusedError
 from zoo.runs.settings import MAX_ENV_STEPS, RunSettings
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no locking
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "HISTORY",
@@ -125,9 +146,7 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX: no locking
+        if fcntl is None:  # pragma: no cover - not POSIX: no locking
             return self
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -153,8 +172,6 @@ class RunLock:
     def release(self) -> None:
         if self._fd is None:
             return
-        import fcntl
-
         # the holder's line goes first: a reader never names a process that has let go
         os.ftruncate(self._fd, 0)
         fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -223,8 +240,6 @@ def check_run_files(path: str | os.PathLike[str]) -> None:
     Raises:
       RunRefusedError: naming the first such file and the fix.
     """
-    import stat
-
     for name in sorted(RUN_FILE_NAMES):
         try:
             mode = os.lstat(Path(path) / name).st_mode

@@ -1,18 +1,17 @@
 """What a run needs in memory, known before it starts, and the refusal of one that cannot fit.
 
 A run's resident memory is its replay's bytes (allocated once; the loop updates it in place,
-checkpoints stream it to disk in chunks and resumes fill it in place: see :mod:`zoo.checkpoint`)
-plus a bounded overhead: the Python process with JAX, envpool and the compiled programs, the
-networks and optimizer, evaluation environments and the checkpoint chunks in flight; plus the
-update's working memory (the activations its gradient keeps, XLA's temporary allocation), which
-grows with the batch and the torso: 9 MiB for the Nature CNN at batch 32, about 3 GiB for
-``btr``'s IMPALA torso at batch 256. A run compiles its update before it allocates the replay
-and counts that working memory as measured from the compiled program
-(:meth:`zoo.drivers.HostDriver.compile_update`).
-:data:`RUN_OVERHEAD` bounds that overhead; it was measured on the Atari presets
-(``docs/performance.md``: a 6.58 GiB Breakout replay peaked at 7.16 GiB through training, two
-checkpoints and evaluation, and at 7.65 GiB through a resume from a checkpoint with the
-replay), so ``replay bytes + RUN_OVERHEAD`` is the peak a user can plan on.
+checkpoints stream it to disk in chunks and resumes fill it in place: see
+:mod:`zoo.runs.checkpoint`) plus a bounded overhead: the Python process with JAX, envpool and the
+compiled programs, the networks and optimizer, evaluation environments and the checkpoint chunks in
+flight; plus the update's working memory (the activations its gradient keeps, XLA's temporary
+allocation), which grows with the batch and the torso: 9 MiB for the Nature CNN at batch 32, about 3
+GiB for ``btr``'s IMPALA torso at batch 256. A run compiles its update before it allocates the
+replay and counts that working memory as measured from the compiled program
+(:meth:`zoo.drivers.HostDriver.compile_update`). :data:`RUN_OVERHEAD` bounds that overhead; it was
+measured on the Atari presets (``docs/performance.md``: a 6.58 GiB Breakout replay peaked at 7.16
+GiB through training, two checkpoints and evaluation, and at 7.65 GiB through a resume from a
+checkpoint with the replay), so ``replay bytes + RUN_OVERHEAD`` is the peak a user can plan on.
 """
 
 from __future__ import annotations

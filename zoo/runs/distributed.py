@@ -36,7 +36,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 __all__ = ["ProcessGroup", "join", "requested"]
 
@@ -63,8 +65,6 @@ class ProcessGroup:
     @classmethod
     def current(cls) -> ProcessGroup:
         """The group JAX is running in (one process unless :func:`join` joined one)."""
-        import jax
-
         return cls(process_id=jax.process_index(), num_processes=jax.process_count())
 
     @property
@@ -81,8 +81,6 @@ class ProcessGroup:
         """Whether ``flag`` holds on any process (a collective: every process must call it)."""
         if not self.several:
             return bool(flag)
-        from jax.experimental import multihost_utils
-
         flags = multihost_utils.process_allgather(np.asarray([int(bool(flag))], np.int32))
         return bool(np.asarray(flags).any())
 
@@ -90,16 +88,12 @@ class ProcessGroup:
         """Process 0's ``value`` on every process (a collective)."""
         if not self.several:
             return float(value)
-        from jax.experimental import multihost_utils
-
         out = multihost_utils.broadcast_one_to_all(np.asarray(value, np.float64))
         return float(np.asarray(out))
 
     def barrier(self, name: str) -> None:
         """Wait until every process reaches the barrier ``name``."""
         if self.several:
-            from jax.experimental import multihost_utils
-
             multihost_utils.sync_global_devices(name)
 
     def own_dir(self, run_path: Path) -> Path:
@@ -191,8 +185,6 @@ def join(request: JoinRequest | None = None) -> ProcessGroup:
       ValueError: an incomplete or inconsistent request, or JAX already running (a process
         that has run a JAX computation cannot join a group).
     """
-    import jax
-
     request = request or JoinRequest()
     n, k = request.num_processes, request.process_id
     if n is not None and n < 1:
