@@ -248,3 +248,41 @@ def test_an_update_that_cannot_fit_is_refused_and_leaves_no_run(tmp_path: Path, 
     assert "lower replay.batch_size" in err
     assert rundir.classify(out) in ("absent", "empty", "interrupted_creation")
     assert not (out / "run.yaml").exists() and not (out / "history.jsonl").exists()
+
+
+@pytest.mark.run
+def test_a_run_lays_out_one_blueprint_and_checks_its_memory_once(tmp_path: Path, monkeypatch):
+    """A new run is laid out once (before its directory is written) and that blueprint is the
+    one built; its memory is checked once, with the update's working memory measured (the host
+    driver compiles it from shapes); a resume lays out its own blueprint and checks it once;
+    ``plan_memory`` reports the same bytes the run was checked with."""
+    from tiny import tiny_overrides
+
+    import zoo
+    from zoo.runs import assemble
+
+    laid_out: list[assemble.Blueprint] = []
+    checked: list[tuple[assemble.Blueprint, int]] = []
+    real_blueprint, real_check = assemble.blueprint, assemble.Blueprint.check
+
+    def blueprint(*args, **kwargs):
+        laid_out.append(real_blueprint(*args, **kwargs))
+        return laid_out[-1]
+
+    def check(self, workspace_bytes: int = 0) -> None:
+        checked.append((self, workspace_bytes))
+        real_check(self, workspace_bytes)
+
+    monkeypatch.setattr(assemble, "blueprint", blueprint)
+    monkeypatch.setattr(assemble.Blueprint, "check", check)
+    run, quick = tmp_path / "run", tiny_overrides("dqn_cartpole")
+    options = dict(overrides=quick, eval_episodes=1, checkpoint_every=400, progress=False)
+    zoo.train("dqn_cartpole", total_env_steps=800, run_dir=run, loop="host", **options)
+    assert len(laid_out) == 1 and len(checked) == 1
+    ((new, workspace),) = checked
+    assert new is laid_out[0] and workspace > 0
+    zoo.train(resume=run, total_env_steps=1200, progress=False)
+    assert len(laid_out) == 2 and len(checked) == 2 and checked[1][0] is laid_out[1]
+    assert laid_out[1].data_bytes == new.data_bytes > 0
+    planned = assemble.plan_memory("dqn_cartpole", overrides=quick)
+    assert (planned.replay_bytes, planned.network_bytes) == (new.data_bytes, new.network_bytes)
