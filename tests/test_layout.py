@@ -114,7 +114,8 @@ def test_the_steps_up_to_opening_a_run_need_no_jax():
     import sys
 
     code = (
-        "import sys; import zoo.runs, zoo.runs.open, zoo.runs.create, zoo.runs.flags; "
+        "import sys; import zoo.cli, zoo.runs, zoo.runs.open, zoo.runs.create, zoo.runs.flags, "
+        "zoo.runs.join, zoo.runs.group; "
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))"
     )
     out = subprocess.run(

@@ -246,11 +246,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.algorithm is None and args.resume is None:
         print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
         return EXIT_SPEC_ERROR
-    from zoo.runs import distributed
+    from zoo.runs import group as groups
 
     try:
         # the ZOO_* variables stand in for the flags not given
-        group = distributed.requested(args.coordinator, args.num_processes, args.process_id)
+        group = groups.requested(args.coordinator, args.num_processes, args.process_id)
     except ValueError as e:
         print(f"zoo train: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR

@@ -1,6 +1,5 @@
-"""The run job: ``zoo.train`` (``zoo train``); planning a run's memory
-(:func:`zoo.runs.assemble.plan_memory`), ``zoo.load_policy`` and ``zoo eval``'s job
-(:mod:`zoo.runs.evaluate`).
+"""The run job: ``zoo.train`` (``zoo train``); planning a run's memory (:mod:`.assemble`),
+``zoo.load_policy`` and ``zoo eval``'s job (:mod:`zoo.runs.evaluate`).
 
 A run reads top to bottom as the job it does; each step is a module named for what it does::
 
@@ -15,8 +14,8 @@ A run reads top to bottom as the job it does; each step is a module named for wh
 
 The settings of a run are one table (settings.py, flags.py); its directory, checkpoints, records,
 memory plan and process group are rundir.py, checkpoint.py, metrics.py, memory.py and
-distributed.py. This module and the steps up to opening need no JAX; the rest is imported here,
-once a run is asked for.
+distributed.py (the group of one in group.py). This module and the steps up to opening need no
+JAX (a finished run is answered without it); the rest is imported here, once a run is built.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from zoo import envs
 from zoo.runs import rundir
 from zoo.runs.errors import RunError, RunRefusedError, environment_errors
+from zoo.runs.join import join_run
 from zoo.runs.notes import new_run_notes
 from zoo.runs.open import Opened, forget_refused, open_run
 from zoo.runs.request import TrainRequest
@@ -38,7 +38,7 @@ from zoo.runs.settings import RunSettings
 from zoo.spec import AlgorithmSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zoo.runs.distributed import ProcessGroup
+    from zoo.runs.group import ProcessGroup
 
 __all__ = [
     "RunError",
@@ -139,14 +139,14 @@ def train(
 
 def _train(request: TrainRequest) -> RunResult:
     """:func:`train`'s pipeline (the group of one is a process group like any other)."""
-    from zoo.runs import assemble, join, trainer  # JAX starts here, after joining
-
-    group = join.join_run(request)
-    opened = open_run(request, group, assemble.preflight)
-    if opened.finished is not None:
+    group = join_run(request)
+    opened = open_run(request, group, _preflight)
+    if opened.finished is not None:  # answered without JAX
         if opened.lock is not None:
             opened.lock.release()
         return opened.finished
+    from zoo.runs import trainer  # JAX starts here (a group's processes started it to join)
+
     with _closing(opened, group):
         settings = opened.settings
         if group.main and opened.mode != "resume":
@@ -171,6 +171,13 @@ def _train(request: TrainRequest) -> RunResult:
                 opened.path, "stopped", status=status, env_steps=result.env_steps, **several
             )
         return result
+
+
+def _preflight(spec: AlgorithmSpec, settings: RunSettings, group: ProcessGroup) -> Any:
+    """A new run's blueprint (:func:`zoo.runs.assemble.preflight`): JAX starts here."""
+    from zoo.runs import assemble
+
+    return assemble.preflight(spec, settings, group)
 
 
 @contextlib.contextmanager

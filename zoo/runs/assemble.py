@@ -35,8 +35,8 @@ from zoo.optimizers import check_groups
 from zoo.runs import rundir
 from zoo.runs import settings as run_settings
 from zoo.runs.create import new_settings
-from zoo.runs.distributed import ProcessGroup
 from zoo.runs.errors import RunRefusedError, environment_errors
+from zoo.runs.group import ProcessGroup
 from zoo.runs.memory import SAFETY, MemoryPlan, available_memory, plan
 from zoo.runs.notes import say
 from zoo.runs.open import read_settings, recorded_spec

@@ -32,145 +32,52 @@ processes on one machine. On CPU the collectives use gloo.
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
-from typing import Any
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-__all__ = ["ProcessGroup", "join", "requested"]
+from zoo.drivers.asynchronous import request_cpu_devices
+from zoo.runs.group import ENV_COORDINATOR, JoinRequest, ProcessGroup
 
-#: The environment variables :func:`requested` reads.
-ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID = (
-    "ZOO_COORDINATOR",
-    "ZOO_NUM_PROCESSES",
-    "ZOO_PROCESS_ID",
-)
+__all__ = ["JoinedGroup", "join", "start"]
 
 
 @dataclasses.dataclass(frozen=True)
-class ProcessGroup:
-    """The processes of one run (one process by default).
-
-    Attributes:
-      process_id: this process's index (``jax.process_index()``).
-      num_processes: processes in the run (``jax.process_count()``).
-    """
-
-    process_id: int = 0
-    num_processes: int = 1
-
-    @classmethod
-    def current(cls) -> ProcessGroup:
-        """The group JAX is running in (one process unless :func:`join` joined one)."""
-        return cls(process_id=jax.process_index(), num_processes=jax.process_count())
-
-    @property
-    def main(self) -> bool:
-        """Whether this is process 0, which owns the run directory and evaluates."""
-        return self.process_id == 0
-
-    @property
-    def several(self) -> bool:
-        """Whether the run spans more than one process."""
-        return self.num_processes > 1
+class JoinedGroup(ProcessGroup):
+    """A group joined by :func:`join`: its collectives run across its processes."""
 
     def any(self, flag: bool) -> bool:
-        """Whether ``flag`` holds on any process (a collective: every process must call it)."""
         if not self.several:
             return bool(flag)
         flags = multihost_utils.process_allgather(np.asarray([int(bool(flag))], np.int32))
         return bool(np.asarray(flags).any())
 
     def broadcast(self, value: float | int) -> float:
-        """Process 0's ``value`` on every process (a collective)."""
         if not self.several:
             return float(value)
         out = multihost_utils.broadcast_one_to_all(np.asarray(value, np.float64))
         return float(np.asarray(out))
 
     def barrier(self, name: str) -> None:
-        """Wait until every process reaches the barrier ``name``."""
         if self.several:
             multihost_utils.sync_global_devices(name)
 
-    def own_dir(self, run_path: Path) -> Path:
-        """Where this process keeps its own records and checkpoints: the run directory for
-        process 0, ``processes/<k>`` in it for process ``k``."""
-        return Path(run_path) if self.main else Path(run_path) / "processes" / str(self.process_id)
 
-    def process_dirs(self, run_path: Path) -> list[Path]:
-        """Every process's own directory (see :meth:`own_dir`), process 0's first."""
-        return [
-            ProcessGroup(k, self.num_processes).own_dir(run_path) for k in range(self.num_processes)
-        ]
-
-    def seed(self, seed: int) -> int:
-        """The environments' seed of this process: the run's seed on process 0 (a one-process
-        run is unchanged), seeded apart on the others."""
-        return (seed + 1_000_003 * self.process_id) % 2**31
-
-
-@dataclasses.dataclass(frozen=True)
-class JoinRequest:
-    """How to join a process group.
-
-    Attributes:
-      coordinator, num_processes, process_id: what is known (``None``: JAX detects it from
-        the cluster's environment).
-      detect: join even when none of them is given, from what JAX detects (``zoo train
-        --distributed`` under SLURM, Open MPI, Kubernetes or on Cloud TPU).
-    """
-
-    coordinator: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
-    detect: bool = False
-
-    @property
-    def given(self) -> bool:
-        """Whether to join a group at all."""
-        known = (self.coordinator, self.num_processes, self.process_id)
-        return self.detect or any(v is not None for v in known)
-
-
-def requested(
-    coordinator: str | None = None,
-    num_processes: int | None = None,
-    process_id: int | None = None,
-    environ: Any = None,
-    detect: bool = False,
-) -> JoinRequest:
-    """What to join: the values given, else the ``ZOO_*`` variables of ``environ`` (default:
-    ``os.environ``; ``zoo train`` reads them, :func:`zoo.train` reads only its arguments).
+def start(request: JoinRequest, cpu_devices: int | None = None) -> ProcessGroup:
+    """Start this process's part of a run, before JAX has started: ask for ``cpu_devices``
+    virtual CPU devices where given (an asynchronous run's actor and learner;
+    :func:`zoo.drivers.asynchronous.request_cpu_devices`), then join the group ``request``
+    asks for (the group of one when it asks for none).
 
     Raises:
-      ValueError: a variable that is not a whole number.
+      ValueError: as :func:`join`.
     """
-    environ = os.environ if environ is None else environ
-
-    def number(value: Any, name: str) -> int | None:
-        if value is None or value == "":
-            return None
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a whole number, got {value!r}") from None
-
-    return JoinRequest(
-        coordinator=coordinator or environ.get(ENV_COORDINATOR) or None,
-        num_processes=number(
-            num_processes if num_processes is not None else environ.get(ENV_NUM_PROCESSES),
-            "--num-processes / " + ENV_NUM_PROCESSES,
-        ),
-        process_id=number(
-            process_id if process_id is not None else environ.get(ENV_PROCESS_ID),
-            "--process-id / " + ENV_PROCESS_ID,
-        ),
-        detect=detect,
-    )
+    if cpu_devices is not None:
+        request_cpu_devices(cpu_devices)
+    if not request.given or request.num_processes == 1:
+        return ProcessGroup()
+    return join(request)
 
 
 def join(request: JoinRequest | None = None) -> ProcessGroup:
@@ -209,4 +116,4 @@ def join(request: JoinRequest | None = None) -> ProcessGroup:
             f"cannot join the process group: {str(e).splitlines()[0] if str(e) else e!r}; "
             "give --coordinator, --num-processes and --process-id (or the ZOO_* variables)"
         ) from None
-    return ProcessGroup.current()
+    return JoinedGroup(jax.process_index(), jax.process_count())

@@ -48,7 +48,7 @@ from zoo.runs.settings import RunSettings
 from zoo.spec import AlgorithmSpec, SpecError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zoo.runs.distributed import ProcessGroup
+    from zoo.runs.group import ProcessGroup
 
 __all__ = ["Opened", "forget_refused", "open_run", "read_settings", "recorded_spec"]
 

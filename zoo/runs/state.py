@@ -29,8 +29,8 @@ from zoo.fileio import read_text, write_atomic
 from zoo.runs import rundir
 from zoo.runs.checkpoint import CheckpointCorruptError, CheckpointError
 from zoo.runs.create import spec_dump
-from zoo.runs.distributed import ProcessGroup
 from zoo.runs.errors import RunError, RunRefusedError
+from zoo.runs.group import ProcessGroup
 from zoo.runs.notes import say
 from zoo.runs.rundir import RunDir
 from zoo.runs.settings import RunSettings

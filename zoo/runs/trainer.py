@@ -24,9 +24,9 @@ from zoo.drivers import make_driver
 from zoo.envs import EpisodeTracker
 from zoo.runs.assemble import build
 from zoo.runs.checkpoint import Checkpointer, CheckpointError
-from zoo.runs.distributed import ProcessGroup
 from zoo.runs.errors import RunError
 from zoo.runs.evaluate import evaluator
+from zoo.runs.group import ProcessGroup
 from zoo.runs.metrics import MetricsLogger, read_jsonl
 from zoo.runs.progress import Progress
 from zoo.runs.result import RunResult
@@ -209,7 +209,7 @@ class Trainer:
 def train_opened(opened: Opened, env: Any, group: ProcessGroup, show_progress: bool) -> RunResult:
     """Build the opened run on ``env``, restore it (a resume), and train it to its budget (or a
     signal, or its return target). Over several processes each keeps its checkpoints and
-    training records in its own directory (:meth:`zoo.runs.distributed.ProcessGroup.own_dir`).
+    training records in its own directory (:meth:`zoo.runs.group.ProcessGroup.own_dir`).
 
     Raises:
       RunError: a non-finite loss (saying truly what is left to resume from), a checkpoint that
