@@ -40,7 +40,12 @@ def atari100k():
 
 def test_published_atari100k_runs_give_the_papers_aggregates(atari100k):
     _, raw, scores = atari100k
-    assert {k: v.shape for k, v in raw.items()} == {"DrQ(ε)": (100, 26), "SPR": (100, 26)}
+    assert {k: v.shape for k, v in raw.items()} == {
+        "DrQ(ε)": (100, 26),
+        "SPR": (100, 26),
+        "BBF (RR=8)": (52, 26),  # 52 to 60 runs per game: the first 52 of each
+        "BBF (RR=2)": (14, 26),
+    }
     results = stats.aggregate(scores, reps=300, seed=0)
     for label, (iqm, median, mean) in PUBLISHED.items():
         got = results[label]
@@ -50,6 +55,25 @@ def test_published_atari100k_runs_give_the_papers_aggregates(atari100k):
         for metric, value in zip(("iqm", "median", "mean"), (iqm, median, mean), strict=True):
             assert got[metric].contains(value), (label, metric, got[metric])
             assert got[metric].hi - got[metric].lo < 0.1
+
+
+def test_published_bbf_runs_give_the_papers_iqm(atari100k):
+    """BBF's per-run data (Schwarzer et al. 2023): the IQM over the first 52 runs of each game,
+    computed here as a trimmed mean of the pooled scores by hand, equals the aggregate's, and
+    its 95% interval holds the paper's IQM of 1.045 at replay ratio 8."""
+    suite, _, scores = atari100k
+    bbf = next(p for p in published("atari100k") if p.label == "BBF (RR=8)")
+    assert bbf.runs(suite.games) == [len(bbf.scores[g]) for g in suite.games]
+    assert (min(bbf.runs(suite.games)), max(bbf.runs(suite.games))) == (52, 60)
+    # one game's matrix holds every run of it (a run is placed among all of its game's)
+    assert bbf.matrix(["Krull-v5"]).shape == (len(bbf.scores["Krull-v5"]), 1)
+    results = stats.aggregate({k: scores[k] for k in ("BBF (RR=8)", "BBF (RR=2)")}, reps=300)
+    for label, iqm in (("BBF (RR=8)", 1.033), ("BBF (RR=2)", 0.940)):
+        pooled = np.sort(scores[label].ravel())
+        n = len(pooled)
+        assert round(float(pooled[n // 4 : n - n // 4].mean()), 3) == iqm
+        assert round(results[label]["iqm"].point, 3) == iqm
+    assert results["BBF (RR=8)"]["iqm"].contains(1.045)
 
 
 def test_the_published_normaliser_is_zoos_table():
@@ -207,7 +231,7 @@ def test_unknown_suite_names_the_known_ones():
 
 def test_published_rows_carry_their_protocol_budget_and_source():
     items = published("atari100k")
-    assert [p.label for p in items] == ["DrQ(ε)", "SPR"]
+    assert [p.label for p in items] == ["DrQ(ε)", "SPR", "BBF (RR=8)", "BBF (RR=2)"]
     for item in items:
         assert (item.protocol, item.statistic, item.frames) == ("atari_100k", "evaluation", 400_000)
         assert "arxiv.org" in item.source and "/work" not in item.source

@@ -51,13 +51,27 @@ class PublishedRuns:
     frames: int
     scores: Mapping[str, tuple[float, ...]]
 
+    def runs(self, games: list[str] | tuple[str, ...]) -> list[int]:
+        """How many runs each of ``games`` has (any spelling; BBF's data has 14 to 60)."""
+        return [len(v) for v in self._of(games)]
+
     def matrix(self, games: list[str] | tuple[str, ...]) -> np.ndarray:
-        """Raw scores ``[num_runs, len(games)]`` of ``games`` (any spelling)."""
+        """Raw scores ``[num_runs, len(games)]`` of ``games`` (any spelling).
+
+        Where the games have different numbers of runs, the first ``min`` runs of each (in the
+        published order): rliable's statistics read a runs × games matrix. One game's matrix
+        holds every run of it.
+        """
+        rows = self._of(games)
+        k = min(len(v) for v in rows)
+        return np.array([v[:k] for v in rows], dtype=float).T
+
+    def _of(self, games: list[str] | tuple[str, ...]) -> list[tuple[float, ...]]:
         by_key = {ref_lib.game_key(g): v for g, v in self.scores.items()}
         missing = [g for g in games if ref_lib.game_key(g) not in by_key]
         if missing:
             raise BenchError(f"{self.label} has no runs of {', '.join(missing)}")
-        return np.array([by_key[ref_lib.game_key(g)] for g in games], dtype=float).T
+        return [by_key[ref_lib.game_key(g)] for g in games]
 
 
 @functools.cache

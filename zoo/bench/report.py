@@ -411,6 +411,13 @@ def _published(data: BenchData, suite: Suite | None, m: _Matrices) -> dict[str, 
             )
             continue
         matrix = item.matrix(m.games)
+        counts = item.runs(m.games)
+        if min(counts) != max(counts):
+            data.notes.append(
+                f"{item.label} (published) has {min(counts)} to {max(counts)} runs per game; its "
+                f"aggregates use the first {min(counts)} of each (each run is still placed among "
+                "all of its game's)"
+            )
         out[item.label] = matrix
         m.raw[item.label] = matrix
         m.scores[item.label] = stats.normalise(
