@@ -26,13 +26,14 @@ pytestmark = pytest.mark.compiled
 STEPS = 300
 
 
-def small(name: str) -> zoo.AlgorithmSpec:
+def small(name: str, updates_per_period: int = 1) -> zoo.AlgorithmSpec:
     base = zoo.spec.algorithm_for(zoo.load_preset(f"{name}_cartpole"))
     overrides = {
         "replay.capacity": 2000,
         "replay.min_size": 100,
         "network.hidden": [32],
         "schedule.update_period": 2,
+        "schedule.updates_per_period": updates_per_period,
         "schedule.target_update_period": 20,
     }
     if base.recurrent:
@@ -102,13 +103,20 @@ def run_compiled(spec, num_envs, chunks=(100, 150, 50)):
     return carry, returns
 
 
-@pytest.mark.parametrize(("name", "num_envs"), [("dqn", 1), ("prioritized_c51", 2), ("r2d2", 2)])
-def test_host_and_compiled_paths_agree(name, num_envs):
-    spec = small(name)
+@pytest.mark.parametrize(
+    ("name", "num_envs", "per_period"),
+    # the last: 3 updates per 2 transitions (a replay ratio above one, BBF's axis): 3 per step
+    [("dqn", 1, 1), ("prioritized_c51", 2, 1), ("r2d2", 2, 1), ("dqn", 2, 3)],
+)
+def test_host_and_compiled_paths_agree(name, num_envs, per_period):
+    spec = small(name, per_period)
     host, host_returns = run_host(spec, num_envs)
     compiled, compiled_returns = run_compiled(spec, num_envs)
     assert int(host.env_steps) == int(compiled.env_steps) == STEPS * num_envs
     assert int(host.learner.updates) == int(compiled.learner.updates) > 50
+    # once replay.min_size (100) transitions are in, per_period updates per update_period (2)
+    credited = sum(num_envs for k in range(1, STEPS + 1) if k * num_envs >= 100)
+    assert int(host.learner.updates) == credited * per_period // 2
     assert float(host.credit) == float(compiled.credit) < spec.schedule.update_period
     assert host_returns == compiled_returns and len(host_returns) > 5
 

@@ -21,18 +21,23 @@ from zoo.replay import StepBatch, build_replay
 
 
 @pytest.mark.parametrize(
-    ("num_envs", "period", "min_size"),
-    list(itertools.product([1, 3, 8], [1, 2, 4, 5], [1, 7, 16])),
+    ("num_envs", "period", "min_size", "per_period"),
+    [
+        *itertools.product([1, 3, 8], [1, 2, 4, 5], [1, 7, 16], [1]),
+        # a replay ratio above one: BBF's 2 and SR-SPR's 8 updates per transition, and 2 per 5
+        *itertools.product([1, 3, 8], [1, 5], [7], [2, 8]),
+    ],
 )
 @pytest.mark.compiled
-def test_update_credit_is_one_rule_on_host_and_device(num_envs, period, min_size):
+def test_update_credit_is_one_rule_on_host_and_device(num_envs, period, min_size, per_period):
     """Python numbers (the host driver's mirror) and device arrays (the compiled driver) give the
     same updates; a vector step is never due more than ``max_updates``; every credited
-    transition is spent, one update per ``period``."""
+    transition is spent, ``per_period`` updates per ``period``."""
     spec = zoo.load_algorithm(
         "dqn",
         overrides={
             "schedule.update_period": period,
+            "schedule.updates_per_period": per_period,
             "replay.min_size": min_size,
             "replay.batch_size": 1,
         },
@@ -58,8 +63,9 @@ def test_update_credit_is_one_rule_on_host_and_device(num_envs, period, min_size
         assert float(device_credit) == host_credit < period
         total += due
     credited = sum(num_envs for k in range(1, 41) if k * num_envs >= min_size)
-    assert total == credited // period
-    assert host_credit == credited - total * period
+    assert total == credited * per_period // period
+    assert host_credit == credited * per_period - total * period
+    assert rule.transitions_per_update == period / per_period
 
 
 @pytest.mark.compiled

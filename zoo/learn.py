@@ -4,7 +4,11 @@
 uses: once ``replay.min_size`` transitions have been inserted, each vector step of ``N``
 environments credits ``N`` transitions; while the credit is at least ``schedule.update_period``,
 one update runs and ``update_period`` is spent (fractional credit carries over). A vector step
-is therefore due at most ``⌈(update_period − 1 + N) / update_period⌉`` updates. Its methods are
+is therefore due at most ``⌈(update_period − 1 + N) / update_period⌉`` updates. With
+``schedule.updates_per_period`` = ``k`` above one (a replay ratio above one: BBF's 2, SR-SPR's
+8 updates per transition), the credit is counted in ``k``-ths of a transition: a vector step
+credits ``k·N`` and an update spends ``update_period``, so ``k`` updates run per
+``update_period`` transitions, in whole numbers (no rounding of ``1/k``). Its methods are
 written once for Python numbers and device arrays alike, so a host driver can mirror on the host
 exactly what the device computes.
 
@@ -54,39 +58,53 @@ class UpdateCredit:
     Every method takes and returns Python numbers or JAX arrays alike.
 
     Attributes:
-      period: ``schedule.update_period`` (credited transitions per update).
+      period: ``schedule.update_period`` (credited transitions per ``per_period`` updates).
+      per_period: ``schedule.updates_per_period`` (updates per ``period`` transitions).
       min_size: ``replay.min_size`` (transitions inserted before any credit).
       num_envs: transitions per vector step.
       max_updates: the most updates one vector step can be due.
     """
 
     def __init__(self, spec: AlgorithmSpec, num_envs: int):
-        self._set(spec.schedule.update_period, spec.replay.min_size, num_envs)
+        schedule = spec.schedule
+        self._set(
+            schedule.update_period, spec.replay.min_size, num_envs, schedule.updates_per_period
+        )
 
     @classmethod
-    def of(cls, period: int, min_size: int, num_envs: int) -> UpdateCredit:
-        """The rule for explicit numbers: one update per ``period`` credited transitions once
-        ``min_size`` transitions are in (a data kind that is not a replay states its own, e.g.
-        :mod:`zoo.rollout`: one learning phase per rollout)."""
+    def of(cls, period: int, min_size: int, num_envs: int, per_period: int = 1) -> UpdateCredit:
+        """The rule for explicit numbers: ``per_period`` updates per ``period`` credited
+        transitions once ``min_size`` transitions are in (a data kind that is not a replay
+        states its own, e.g. :mod:`zoo.rollout`: one learning phase per rollout)."""
         credit = cls.__new__(cls)
-        credit._set(period, min_size, num_envs)
+        credit._set(period, min_size, num_envs, per_period)
         return credit
 
-    def _set(self, period: int, min_size: int, num_envs: int) -> None:
-        if period < 1 or num_envs < 1:
-            raise ValueError(f"period and num_envs must be at least 1, got {period}, {num_envs}")
+    def _set(self, period: int, min_size: int, num_envs: int, per_period: int) -> None:
+        if period < 1 or num_envs < 1 or per_period < 1:
+            raise ValueError(
+                "period, num_envs and per_period must be at least 1, got "
+                f"{period}, {num_envs}, {per_period}"
+            )
         self.period = float(period)
+        self.per_period = int(per_period)
         self.min_size = int(min_size)
         self.num_envs = num_envs
         # credit < period after learning, so a vector step is due at most this many
-        self.max_updates = (int(period) - 1 + num_envs) // int(period)
+        self.max_updates = (int(period) - 1 + num_envs * self.per_period) // int(period)
+
+    @property
+    def transitions_per_update(self) -> float:
+        """Transitions credited per update: ``period / per_period``."""
+        return self.period / self.per_period
 
     def earn(self, env_steps: Any, credit: Any) -> Any:
         """The credit after a vector step that brought the transitions inserted to
-        ``env_steps``: ``num_envs`` more once ``min_size`` are in."""
+        ``env_steps``: ``per_period · num_envs`` more once ``min_size`` are in."""
+        earned = self.num_envs * self.per_period
         if isinstance(env_steps, int):
-            return credit + self.num_envs if env_steps >= self.min_size else credit
-        return jnp.where(env_steps >= self.min_size, credit + self.num_envs, credit)
+            return credit + earned if env_steps >= self.min_size else credit
+        return jnp.where(env_steps >= self.min_size, credit + earned, credit)
 
     def due(self, credit: Any) -> Any:
         """Whether an update is due at this credit."""

@@ -205,7 +205,7 @@ class AsyncDriver:
         if self.max_lag < 1:
             raise ValueError(f"max_lag must be at least 1, got {self.max_lag}")
         # transitions of the run per vector step (P × N over P processes, zoo.runs.distributed)
-        n, period = loop.step_transitions, loop.credit.period
+        n, period = loop.step_transitions, loop.credit.transitions_per_update
         self.queue_steps = int(loop.queue_steps or max(2, math.ceil(period / n)))
         # the queue, the step in the actor's hands and the one being consumed (each n
         # transitions), and the credit below one update that the rule carries over
@@ -268,7 +268,7 @@ class AsyncDriver:
 
     def _gap(self, shared: _Shared) -> None:
         credit = self.loop.credit
-        expected = max(shared.produced - credit.min_size, 0) / credit.period
+        expected = max(shared.produced - credit.min_size, 0) / credit.transitions_per_update
         shared.max_gap = max(shared.max_gap, expected - shared.dispatched)
 
     def _actor_loop(

@@ -34,7 +34,18 @@ _Augmentation = axis("augmentation", Union[RandomShift], None)
 class ScheduleSpec(Model):
     """When things happen."""
 
-    update_period: int = Field(4, ge=1, description="transitions inserted per learner update")
+    update_period: int = Field(
+        4, ge=1, description="transitions inserted per `updates_per_period` learner updates"
+    )
+    updates_per_period: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="learner updates per `update_period` transitions: above 1, a replay ratio "
+        "above one (D'Oro et al. 2023's replay ratio; BBF: 2, SR-SPR: 8, with update_period 1 "
+        "— the gin files' replay_ratio 64 and 256 count sampled items, over batch 32); the "
+        "target update period and learner-update schedules count these updates",
+    )
     target_update_period: int = Field(
         2000, ge=1, description="learner updates between target updates"
     )

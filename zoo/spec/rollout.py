@@ -66,6 +66,7 @@ class RolloutSpec(Model):
         return (
             "replay",
             "schedule.update_period",
+            "schedule.updates_per_period",
             "loss.importance_exponent",
             "loss.importance_eps",
             "loss.priority",
