@@ -58,6 +58,54 @@ def test_shift_images_equals_numpy_pad_and_crop():
     np.testing.assert_array_equal(out[1, :, :, :], padded[1, :, 3:8, 1:9])
 
 
+def bbf_drq_image_aug(obs: np.ndarray, offsets: np.ndarray, normal: np.ndarray) -> np.ndarray:
+    """A float64 transcription of BBF's ``spr_networks.py`` ``drq_image_aug`` (the same as
+    Dopamine's ``drq_image_augmentation``) on ``uint8`` frames ``[B, C, H, W]`` (theirs are
+    channels-last), with its draws given: ``x = obs / 255``; edge-pad by 4; crop at ``offsets``
+    (their ``randint(0, 8)``); ``x · (1 + 0.05·clip(normal, −2, 2))`` per image."""
+    height, width = obs.shape[-2:]
+    x = obs.astype(np.float64) / 255.0
+    padded = np.pad(x, [(0, 0), (0, 0), (4, 4), (4, 4)], mode="edge")
+    out = np.stack(
+        [padded[b, :, dy : dy + height, dx : dx + width] for b, (dy, dx) in enumerate(offsets)]
+    )
+    return out * (1.0 + 0.05 * np.clip(normal, -2.0, 2.0))[:, None, None, None]
+
+
+@pytest.mark.compiled
+def test_dopamine_offsets_and_intensity_equal_bbfs_augmentation():
+    """``offsets: dopamine`` with ``intensity: 0.05`` is BBF's (and Dopamine's DrQ(ε)'s)
+    augmentation: the same pixels as a float64 transcription given the same draws, the key split
+    as theirs (intensity first, crop second), shifts in [−4, 3] only, one factor per image."""
+    obs = np.asarray(jax.random.randint(jax.random.key(6), (256, 2, 12, 10), 0, 256), np.uint8)
+    key = jax.random.key(7)
+    augment = build_augmentation(zoo.spec.RandomShift(pad=4, offsets="dopamine", intensity=0.05))
+    out = np.asarray(jax.jit(augment)(key, jnp.asarray(obs)))
+    assert out.dtype == np.float32 and out.shape == obs.shape
+    intensity_key, crop_key = jax.random.split(key)
+    offsets = np.asarray(jax.random.randint(crop_key, (256, 2), 0, 8))
+    normal = np.asarray(jax.random.normal(intensity_key, (256,)), np.float64)
+    np.testing.assert_allclose(out, bbf_drq_image_aug(obs, offsets, normal), rtol=1e-6, atol=1e-7)
+    # the draws themselves: every offset 0..7 (shifts −4..3) and never 8; factors in [0.9, 1.1],
+    # both bounds reached by the clip
+    assert set(offsets.ravel()) == set(range(8))
+    factors = out.reshape(256, -1).max(1) / (
+        np.asarray(shift_images(jnp.asarray(obs), jnp.asarray(offsets), 4)).reshape(256, -1).max(1)
+        / 255.0
+    )
+    np.testing.assert_allclose(factors, 1 + 0.05 * np.clip(normal, -2, 2), rtol=1e-5)
+    assert factors.min() == pytest.approx(0.9) and factors.max() == pytest.approx(1.1)
+    # without intensity the frames keep their dtype and the shifts stop at pad − 1 all the same
+    plain = random_shift(key, jnp.asarray(obs), pad=4, offsets="dopamine")
+    assert plain.dtype == jnp.uint8
+    found = {
+        o
+        for image, out in zip(obs, np.asarray(plain), strict=True)
+        for o in found_offset(image, out, 4)
+    }
+    assert max(max(o) for o in found) <= 7
+
+
 @pytest.mark.compiled
 def test_random_shift_is_deterministic_given_the_key():
     images = jax.random.normal(jax.random.key(3), (16, 1, 6, 6))
@@ -167,6 +215,7 @@ def test_a_users_augmentation_registers_validates_and_follows_the_rules():
 
 @pytest.mark.compiled
 def test_the_learner_augments_with_a_key_split_from_the_update_key():
+    # with intensity noise the augmented frames reach the network as float32 already scaled
     overrides = {
         "network.torso": {"kind": "minatar_cnn", "channels": 2},
         "network.hidden": [4],
@@ -174,7 +223,15 @@ def test_the_learner_augments_with_a_key_split_from_the_update_key():
     }
     plain = zoo.load_algorithm("dqn", overrides=overrides)
     shifted = zoo.load_algorithm(
-        plain, overrides={"augmentation": {"kind": "random_shift", "pad": 2}}
+        plain,
+        overrides={
+            "augmentation": {
+                "kind": "random_shift",
+                "pad": 2,
+                "offsets": "dopamine",
+                "intensity": 0.05,
+            }
+        },
     )
     net = zoo.build_network(
         plain, observation_shape=(2, 6, 6), num_actions=3, key=jax.random.key(0)

@@ -21,8 +21,9 @@ Register a factory on the ``"augmentation"`` axis with a config subclassing
         return augment
 
 ``observations`` are the batch's observations as the replay stores them (``uint8`` frames on
-Atari, ``[B, C, H, W]``); the returned array must keep their shape and dtype, since the network
-scales ``uint8`` inputs itself.
+Atari, ``[B, C, H, W]``); the returned array must keep their shape, and either their dtype (the
+network scales ``uint8`` inputs itself) or be ``float32`` already scaled as the network would
+scale them (:func:`zoo.networks.network.preprocess`), as intensity noise returns.
 """
 
 from __future__ import annotations
@@ -35,9 +36,18 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo import registry
+from zoo.networks.network import preprocess
 from zoo.types import Transition
 
-__all__ = ["Augment", "augment_batch", "build_augmentation", "random_shift", "shift_images"]
+__all__ = [
+    "Augment",
+    "augment_batch",
+    "build_augmentation",
+    "intensity_noise",
+    "random_shift",
+    "scale_intensity",
+    "shift_images",
+]
 
 #: An augmentation: ``augment(key, observations[B, ...]) -> observations[B, ...]``.
 Augment = Callable[[PRNGKeyArray, Array], Array]
@@ -62,23 +72,48 @@ def shift_images(images: Array, offsets: Array, pad: int) -> Array:
     return jax.vmap(one)(images, offsets)
 
 
-def random_shift(key: PRNGKeyArray, images: Array, *, pad: int) -> Array:
+def scale_intensity(images: Array, noise: Array) -> Array:
+    """``images`` ``[B, ...]`` scaled as the network scales them (``uint8`` / 255; other dtypes
+    as they are, in ``float32``), each example multiplied by its factor ``noise[b]``."""
+    scaled = preprocess(images)
+    return scaled * noise.reshape((-1,) + (1,) * (scaled.ndim - 1)).astype(scaled.dtype)
+
+
+def intensity_noise(key: PRNGKeyArray, batch: int, scale: float) -> Array:
+    """``batch`` intensity factors ``1 + scale·clip(N(0, 1), −2, 2)`` (Dopamine's
+    ``atari_100k_rainbow_agent.py`` and BBF's ``spr_networks.py`` ``_intensity_aug``: one
+    normal draw per image, clipped at two standard deviations)."""
+    return 1.0 + scale * jnp.clip(jax.random.normal(key, (batch,)), -2.0, 2.0)
+
+
+def random_shift(
+    key: PRNGKeyArray,
+    images: Array,
+    *,
+    pad: int,
+    offsets: str = "centered",
+    intensity: float = 0.0,
+) -> Array:
     """DrQ's image augmentation: replicate-pad by ``pad`` and randomly crop back to size, with an
     independent offset per example (Kostrikov et al. 2020, "Image Augmentation Is All You Need:
     Regularizing Deep Reinforcement Learning from Pixels", https://arxiv.org/abs/2004.13649;
     denisyarats/drq: ``nn.ReplicationPad2d(pad)`` then ``kornia.augmentation.RandomCrop``).
 
-    Offsets are uniform over all ``(2·pad + 1)²`` crops (kornia's RandomCrop), so shifts cover
-    ``[−pad, pad]`` on each axis. Dopamine's DrQ(ε) (Agarwal et al. 2021,
-    ``dopamine/labs/atari_100k/atari_100k_rainbow_agent.py``, ``drq_image_augmentation``) draws
-    ``randint(0, 2·pad)`` with an exclusive upper bound, so its shifts stop at ``pad − 1``, and
-    it also multiplies by an intensity noise ``1 + 0.05·clip(N(0, 1), ±2)``, which is not part of
-    this augmentation.
+    ``offsets="centered"``: uniform over all ``(2·pad + 1)²`` crops (kornia's RandomCrop), so
+    shifts cover ``[−pad, pad]`` on each axis. ``offsets="dopamine"``: Dopamine's DrQ(ε) (Agarwal
+    et al. 2021, ``dopamine/labs/atari_100k/atari_100k_rainbow_agent.py``,
+    ``drq_image_augmentation``), SPR and BBF draw ``randint(0, 2·pad)`` with an exclusive upper
+    bound, so their shifts stop at ``pad − 1``. With ``intensity`` above 0 (theirs: 0.05) the
+    shifted images are scaled as the network scales them and multiplied by
+    :func:`intensity_noise` (the result is then ``float32``); the key is split as theirs is,
+    the first half for the intensity and the second for the crop.
 
     Args:
       key: the augmentation key; the same key gives the same shifts.
       images: ``[B, ..., H, W]``: a batch of channels-first images (frame stacks shift together).
       pad: the padding and largest shift.
+      offsets: ``"centered"`` or ``"dopamine"`` (above).
+      intensity: the intensity noise's scale; 0: none, and the images keep their dtype.
 
     Raises:
       ValueError: ``images`` has fewer than three axes (it is not a batch of images).
@@ -88,15 +123,24 @@ def random_shift(key: PRNGKeyArray, images: Array, *, pad: int) -> Array:
             f"random_shift shifts batches of images [B, ..., H, W]; got observations of shape "
             f"{tuple(images.shape)}: set `augmentation: null` for vector observations"
         )
-    offsets = jax.random.randint(key, (images.shape[0], 2), 0, 2 * pad + 1)
-    return shift_images(images, offsets, pad)
+    if offsets not in ("centered", "dopamine"):
+        raise ValueError(f"offsets must be 'centered' or 'dopamine', got {offsets!r}")
+    intensity_key, crop_key = jax.random.split(key) if intensity > 0 else (None, key)
+    high = 2 * pad + 1 if offsets == "centered" else 2 * pad
+    shifted = shift_images(images, jax.random.randint(crop_key, (images.shape[0], 2), 0, high), pad)
+    if intensity_key is None:
+        return shifted
+    return scale_intensity(shifted, intensity_noise(intensity_key, images.shape[0], intensity))
 
 
 @registry.register("augmentation", "random_shift")
 def random_shift_augmentation(config: Any) -> Augment:
-    """DrQ's random shift: replicate-pad by ``config.pad``, crop back at random per example."""
-    pad = int(config.pad)
-    return lambda key, images: random_shift(key, images, pad=pad)
+    """DrQ's random shift: replicate-pad by ``config.pad``, crop back at random per example,
+    with ``config.offsets`` and ``config.intensity`` noise."""
+    pad, offsets, intensity = int(config.pad), str(config.offsets), float(config.intensity)
+    return lambda key, images: random_shift(
+        key, images, pad=pad, offsets=offsets, intensity=intensity
+    )
 
 
 def build_augmentation(config: Any) -> Augment | None:

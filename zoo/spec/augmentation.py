@@ -57,11 +57,14 @@ class Augmentation(Component):
 
 
 class RandomShift(Augmentation):
-    """DrQ's random shift (Kostrikov et al. 2020): pad by repeating the edge, crop back at random.
+    """DrQ's random shift (Kostrikov et al. 2020): pad by repeating the edge, crop back at random,
+    optionally followed by intensity noise (Dopamine's DrQ(ε), SPR, BBF).
 
     Each example's image is shifted by its own integer offset, uniform over ``[−pad, pad]`` on
-    each axis, the same for every channel (frame) of it; observation and next observation get
-    independent offsets.
+    each axis (``offsets: dopamine``: ``[−pad, pad − 1]``), the same for every channel (frame) of
+    it; observation and next observation get independent offsets. With ``intensity`` above 0
+    the shifted image, scaled as the network scales it (``uint8`` / 255), is multiplied by
+    ``1 + intensity·clip(N(0, 1), −2, 2)``, one draw per example.
     """
 
     kind: Literal["random_shift"] = "random_shift"
@@ -70,4 +73,19 @@ class RandomShift(Augmentation):
         ge=1,
         description="pixels of edge (replicate) padding on each side; shifts are uniform over "
         "[−pad, pad] (DrQ and Dopamine's DrQ(ε) pad by 4)",
+    )
+    offsets: Literal["centered", "dopamine"] = Field(
+        "centered",
+        description="centered: crop offsets uniform over [0, 2·pad], shifts [−pad, pad] (DrQ's "
+        "kornia RandomCrop) | dopamine: randint(0, 2·pad) with its exclusive upper bound, "
+        "shifts [−pad, pad − 1] (Dopamine's drq_image_augmentation, SPR and BBF's "
+        "_per_image_random_crop)",
+    )
+    intensity: float = Field(
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="scale of the intensity noise 1 + intensity·clip(N(0, 1), ±2) applied to "
+        "each shifted image, one draw per example (Dopamine's DrQ(ε), SPR and BBF: 0.05); 0 "
+        "= none (DrQ)",
     )
