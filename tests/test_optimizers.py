@@ -36,6 +36,67 @@ def test_radam_is_optax_radam_after_global_norm_clipping():
     )
 
 
+def adamw_float64(params: dict, grads: list[dict], lr, b1, b2, eps, wd, decayed) -> dict:
+    """AdamW in float64 from Loshchilov & Hutter 2019 (Algorithm 2) in optax's and BBF's form:
+    m, v with bias correction, ``θ ← θ − lr·(m̂ / (√v̂ + ε) + wd·θ)`` on the ``decayed`` names
+    and without the decay term on the others."""
+    theta = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in theta.items()}
+    v = {k: np.zeros_like(x) for k, x in theta.items()}
+    for t, g in enumerate(grads, start=1):
+        for k in theta:
+            gk = np.asarray(g[k], np.float64)
+            m[k] = b1 * m[k] + (1 - b1) * gk
+            v[k] = b2 * v[k] + (1 - b2) * gk**2
+            step = (m[k] / (1 - b1**t)) / (np.sqrt(v[k] / (1 - b2**t)) + eps)
+            theta[k] = theta[k] - lr * (step + (wd * theta[k] if k in decayed else 0.0))
+    return theta
+
+
+@pytest.mark.compiled
+def test_adamw_decays_the_matrices_as_bbf_and_equals_a_float64_transcription():
+    """BBF's optimizer (AdamW, lr 1e-4, ε 1.5e-4, weight decay 0.1, biases not decayed): five
+    steps of a kernel, a bias and a scalar against the float64 AdamW by hand; ``decay: all``
+    decays the bias too; weight decay 0 is Adam."""
+    rng = np.random.default_rng(0)
+    params = {"kernel": rng.normal(size=(3, 2)), "bias": rng.normal(size=(2,)), "scale": 1.5}
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
+    grads = [
+        {k: jnp.asarray(rng.normal(size=np.shape(v)), jnp.float32) for k, v in params.items()}
+        for _ in range(5)
+    ]
+
+    def train(config):
+        opt = build_optimizer(config)
+        p, state = params, opt.init(params)
+        for g in grads:
+            updates, state = opt.update(g, state, p)
+            p = optax.apply_updates(p, updates)
+        return p
+
+    # a large rate so that the decay term shows above float32 rounding
+    bbf = zoo.spec.AdamW(learning_rate=0.05, eps=1.5e-4, weight_decay=0.1)
+    want = adamw_float64(params, grads, 0.05, 0.9, 0.999, 1.5e-4, 0.1, {"kernel", "scale"})
+    got = train(bbf)
+    # float32 steps of 0.05 drift ~1.5e-6 from float64 (optax's Adam alone does); the decay
+    # term moves these parameters by 5e-3 to 4e-2
+    for k in params:
+        np.testing.assert_allclose(np.asarray(got[k]), want[k], rtol=0, atol=5e-6, err_msg=k)
+    every = adamw_float64(params, grads, 0.05, 0.9, 0.999, 1.5e-4, 0.1, set(params))
+    np.testing.assert_allclose(
+        np.asarray(train(bbf.model_copy(update={"decay": "all"}))["bias"]), every["bias"], atol=5e-6
+    )
+    assert np.abs(every["bias"] - want["bias"]).min() > 1e-3
+    plain = train(zoo.spec.Adam(learning_rate=0.05, eps=1.5e-4))
+    no_decay = train(bbf.model_copy(update={"weight_decay": 0.0}))
+    for k in params:
+        np.testing.assert_allclose(np.asarray(no_decay[k]), np.asarray(plain[k]), rtol=1e-6)
+    spec = zoo.load_algorithm("dqn", overrides={"optimizer": {"kind": "adamw"}})
+    assert (spec.optimizer.weight_decay, spec.optimizer.decay) == (0.1, "matrices")
+    with pytest.raises(zoo.spec.SpecError, match=r"optimizer\.decay"):
+        zoo.load_algorithm("dqn", overrides={"optimizer": {"kind": "adamw", "decay": "biases"}})
+
+
 @pytest.mark.compiled
 def test_radam_takes_sgd_steps_before_rectifying():
     """RAdam's first updates (ρ_t ≤ threshold) are momentum SGD steps, not Adam's ±lr."""

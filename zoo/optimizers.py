@@ -12,11 +12,12 @@ import optax
 
 from zoo import registry
 from zoo.schedules import build_schedule
-from zoo.spec import Adam, RAdam, RmsProp
+from zoo.spec import Adam, AdamW, RAdam, RmsProp
 
 __all__ = [
     "MAIN",
     "adam",
+    "adamw",
     "build_optimizer",
     "check_groups",
     "group_labels",
@@ -124,6 +125,27 @@ def adam(config: Adam) -> optax.GradientTransformation:
         eps=config.eps,
     )
     return _with_clipping(opt, config.max_grad_norm)
+
+
+@registry.register("optimizer", "adamw")
+def adamw(config: AdamW) -> optax.GradientTransformation:
+    """AdamW (Loshchilov & Hutter 2019), ``optax.adamw``: decoupled weight decay scaled by the
+    learning rate, on the matrices only (BBF's mask, ``ndim != 1``) or on every parameter."""
+    mask = _matrices if config.decay == "matrices" else None
+    opt = optax.adamw(
+        learning_rate=build_schedule(config.learning_rate),
+        b1=config.b1,
+        b2=config.b2,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        mask=mask,
+    )
+    return _with_clipping(opt, config.max_grad_norm)
+
+
+def _matrices(params: Any) -> Any:
+    """``True`` for every parameter that is not a vector (BBF's ``x.ndim != 1``)."""
+    return jax.tree.map(lambda x: x.ndim != 1, params)
 
 
 @registry.register("optimizer", "rmsprop")

@@ -96,7 +96,7 @@ from zoo.spec.network import (
     network_parameter_lower_bound,
     physical_memory,
 )
-from zoo.spec.optimizers import Adam, Optimizer, RAdam, RmsProp
+from zoo.spec.optimizers import Adam, AdamW, Optimizer, RAdam, RmsProp
 from zoo.spec.overrides import OVERRIDES_SOURCE, apply_overrides, parse_overrides
 from zoo.spec.presets import Budget, EnvSpec, Preset, Reference
 from zoo.spec.replay import ReplaySpec, SequenceSpec
@@ -112,6 +112,7 @@ __all__ = [
     "AbsLossPriority",
     "AbsTdPriority",
     "Adam",
+    "AdamW",
     "AlgorithmSpec",
     "Augmentation",
     "AutoTorso",

@@ -13,7 +13,7 @@ from zoo.spec.schedules import Schedule, learning_rate_problems
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.spec.algorithm import AlgorithmSpec
 
-__all__ = ["Adam", "Optimizer", "Optimizers", "ParamGroup", "RAdam", "RmsProp"]
+__all__ = ["Adam", "AdamW", "Optimizer", "Optimizers", "ParamGroup", "RAdam", "RmsProp"]
 
 
 class Optimizer(Component):
@@ -76,6 +76,31 @@ class Adam(Optimizer):
     )
 
 
+class AdamW(Optimizer):
+    """AdamW, Adam with decoupled weight decay (Loshchilov & Hutter 2019, "Decoupled Weight Decay
+    Regularization", https://arxiv.org/abs/1711.05101), as ``optax.adamw``: each step is
+    ``−lr·(adam_step + weight_decay·θ)``, ε outside the square root. BBF (Schwarzer et al. 2023)
+    trains with weight decay 0.1 on every parameter but the biases (its ``spr_agent.py``
+    ``create_scaling_optimizer``: ``mask = x.ndim != 1``)."""
+
+    kind: Literal["adamw"] = "adamw"
+    learning_rate: Schedule = Field(1e-4, description="step size; schedules in learner updates")
+    b1: float = Field(0.9, ge=0, lt=1, description="first-moment decay")
+    b2: float = Field(0.999, ge=0, lt=1, description="second-moment decay")
+    eps: float = Field(1.5e-4, ge=0, description="denominator epsilon")
+    weight_decay: float = Field(
+        0.1, ge=0, description="decoupled weight decay, scaled by the learning rate (BBF: 0.1)"
+    )
+    decay: Literal["matrices", "all"] = Field(
+        "matrices",
+        description="which parameters decay: matrices = every parameter that is not a vector "
+        "(kernels, not biases or other 1-D parameters: BBF's mask) | all (optax's default)",
+    )
+    max_grad_norm: float | None = Field(
+        None, gt=0, description="clip gradients to this global norm; null = no clipping"
+    )
+
+
 class RmsProp(Optimizer):
     """RMSProp (Tieleman & Hinton 2012), optionally centred as in the Nature DQN."""
 
@@ -127,7 +152,7 @@ class RAdam(Optimizer):
             )
 
 
-Optimizers = Union[Adam, RmsProp, RAdam]
+Optimizers = Union[Adam, AdamW, RmsProp, RAdam]
 
 #: A group's optimizer: any optimizer kind, registered ones included.
 _GroupOptimizer = axis("optimizer", Optimizers, None)
@@ -147,5 +172,5 @@ class ParamGroup(Model):
     optimizer: _GroupOptimizer = Field(description="the optimizer of these parameters")
 
 
-for _model in (Optimizer, Adam, RmsProp, RAdam):
+for _model in (Optimizer, Adam, AdamW, RmsProp, RAdam):
     _model.model_rebuild()
