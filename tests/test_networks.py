@@ -1027,3 +1027,43 @@ def test_btr_preset_network_has_btrs_shapes_and_parameter_count():
         )
         assert out.q_values.shape == (2, actions)
         assert out.quantiles.shape == (2, actions, 8) and out.taus.shape == (2, 8)
+
+
+@pytest.mark.compiled
+def test_torso_norm_min_max_is_bbfs_renormalize_per_example():
+    """``network.torso_norm: min_max`` (SPR and BBF's ``renormalize``): each example's torso
+    features mapped by (x − min)/(max − min + 1e-5) over all of them, computed here in float64
+    from the same torso's plain output, and the rest of the network reads the normalised ones."""
+    import zoo
+
+    overrides = {
+        "network.torso": {"kind": "impala_cnn", "channels": [4, 8], "width": 2},
+        "network.hidden": [16],
+        "network.dueling": True,
+    }
+    plain_spec = zoo.load_algorithm("dqn", overrides=overrides)
+    spec = zoo.load_algorithm(plain_spec, overrides={"network.torso_norm": "min_max"})
+    assert plain_spec.network.torso_norm == "none"
+    key = jax.random.key(0)
+    net = zn.build_network(spec, observation_shape=(4, 12, 12), num_actions=3, key=key)
+    plain = zn.build_network(plain_spec, observation_shape=(4, 12, 12), num_actions=3, key=key)
+    # the same parameters: normalising adds none and draws nothing
+    for a, b in zip(
+        jax.tree.leaves(eqx.filter(net, eqx.is_array)),
+        jax.tree.leaves(eqx.filter(plain, eqx.is_array)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+    obs = jax.random.randint(jax.random.key(1), (5, 4, 12, 12), 0, 256).astype(jnp.uint8)
+    for o in obs:
+        raw = np.asarray(plain.torso(o.astype(jnp.float32) / 255.0), np.float64)
+        want = (raw - raw.min()) / (raw.max() - raw.min() + 1e-5)
+        got = np.asarray(net.torso(o.astype(jnp.float32) / 255.0))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert got.min() == 0.0 and 0.99 < got.max() < 1.0
+        # the network's Q-values are the streams' on the normalised features
+        np.testing.assert_allclose(
+            np.asarray(net(o).q_values),
+            np.asarray(plain.head.apply(jnp.asarray(got), plain.streams).q_values),
+            rtol=1e-5,
+        )

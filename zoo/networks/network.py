@@ -33,7 +33,7 @@ from zoo import registry
 from zoo.networks.cores import AbstractCore
 from zoo.networks.heads import AbstractHead, Role
 from zoo.networks.layers import MLP
-from zoo.networks.torsos import initialise
+from zoo.networks.torsos import MinMaxNormalized, initialise
 from zoo.types import NetworkOutput
 
 __all__ = [
@@ -430,6 +430,8 @@ def build_network(
     torso_key, core_key, stream_key = jax.random.split(key, 3)
 
     torso = registry.get("torso", config.torso.kind)(config.torso, observation_shape, key=torso_key)
+    if getattr(config, "torso_norm", "none") == "min_max":
+        torso = MinMaxNormalized(torso)
     features = _feature_count(torso, jax.ShapeDtypeStruct(observation_shape, jnp.float32))
 
     core = None

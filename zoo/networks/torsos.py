@@ -50,12 +50,14 @@ __all__ = [
     "ImpalaStack",
     "MLPTorso",
     "MinAtarCNN",
+    "MinMaxNormalized",
     "NatureCNN",
     "auto_torso",
     "glorot_uniform",
     "impala_cnn_torso",
     "initialise",
     "max_pool_3x3_stride_2",
+    "min_max",
     "minatar_cnn_torso",
     "mlp_torso",
     "nature_cnn_torso",
@@ -198,6 +200,25 @@ class ImpalaCNN(eqx.Module):
         if self.pool is not None:
             x = adaptive_max_pool(x, self.pool)
         return jnp.ravel(x)
+
+
+def min_max(features: Array, eps: float = 1e-5) -> Array:
+    """``(x − min) / (max − min + eps)`` over every element of one example's features: SPR and
+    BBF's ``renormalize`` (Schwarzer et al. 2021; BBF's ``spr_networks.py``: the min and max of
+    the whole latent of a sample, ε = 1e-5)."""
+    low, high = jnp.min(features), jnp.max(features)
+    return (features - low) / (high - low + eps)
+
+
+@typing.final
+class MinMaxNormalized(eqx.Module):
+    """A torso whose features are min–max normalised per example (:func:`min_max`);
+    ``network.torso_norm: min_max``."""
+
+    inner: eqx.Module
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        return min_max(self.inner(x, key=key))
 
 
 @typing.final

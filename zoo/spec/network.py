@@ -317,6 +317,12 @@ class NetworkSpec(Model):
         description="feature extractor: auto | mlp | nature_cnn | impala_cnn | minatar_cnn; "
         "`auto` picks nature_cnn for image (rank-3) observations and an MLP of `sizes` otherwise",
     )
+    torso_norm: Literal["none", "min_max"] = Field(
+        "none",
+        description="none | min_max: each example's torso features scaled to [0, 1] by their "
+        "own min and max, (x − min)/(max − min + 1e-5) (SPR and BBF's renormalize, Schwarzer "
+        "et al. 2021, 2023)",
+    )
     hidden: list[Width] = Field(
         default_factory=lambda: [512],
         description="dense ReLU layers between torso (or core) and the output layer; with "
