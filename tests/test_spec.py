@@ -268,8 +268,8 @@ def test_unknown_algorithm_and_component_names():
     assert problems(e)[0].endswith(
         "loss.bootstrap: unknown value 'dubble'; did you mean 'double'? Allowed: double, max, soft."
     )
-    with pytest.raises(SpecError, match="unknown value 'adamw'; did you mean 'adam'"):
-        spec.load_algorithm("dqn", overrides={"optimizer.kind": "adamw"})
+    with pytest.raises(SpecError, match="unknown value 'adamv'; did you mean 'adam'"):
+        spec.load_algorithm("dqn", overrides={"optimizer.kind": "adamv"})
 
 
 def test_unknown_extends_target(tmp_path):

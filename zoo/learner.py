@@ -15,6 +15,12 @@ the target equals the online network at every update (``1·online + 0·target``,
 loss is given the online network as its target (``target=None``, :class:`zoo.losses.Loss`) and
 reads one pass at s′ where it would read two (:attr:`Learner.target_is_online`).
 
+With ``resets`` in the spec (:mod:`zoo.resets`), an update after which a reset is due
+(:meth:`zoo.spec.ResetSpec.due` of its count) ends with :meth:`Learner.reset`: fresh draws of the
+network from ``network_fn`` (one for the online network, one for the target) with keys folded
+from the update's, the optimizer's state started over. It is a ``lax.cond`` inside the update,
+so every driver resets at the same update.
+
 With an ``augmentation`` in the spec, each update first augments the batch's observations
 (:mod:`zoo.augmentation`) with a key split from the update's loss key (and, data-parallel, folded
 with the device's index, so that each shard draws its own shifts); without one nothing is split
@@ -23,6 +29,7 @@ and the update is exactly what it was.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -34,6 +41,7 @@ import optax
 from zoo.augmentation import augment_batch, build_augmentation
 from zoo.losses import build_loss
 from zoo.optimizers import build_optimizer
+from zoo.resets import reset_network
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, SequenceBatch, Transition
 
@@ -64,6 +72,9 @@ class Learner:
     Args:
       spec: a validated algorithm spec.
       axis_name: the device axis when run under ``pmap``/``shard_map``; ``None`` on one device.
+      network_fn: ``key -> network``, a fresh initialisation of the network the learner trains
+        (``zoo.build_network`` of the spec and the environment's shapes); needed by an update
+        of a spec with ``resets``.
 
     Attributes:
       loss: the composed loss (its ``metric_names`` and ``prioritized`` describe ``LossAux``).
@@ -83,9 +94,17 @@ class Learner:
     num_processes = 1
     traceable = True
 
-    def __init__(self, spec: AlgorithmSpec, *, axis_name: str | None = None):
+    def __init__(
+        self,
+        spec: AlgorithmSpec,
+        *,
+        axis_name: str | None = None,
+        network_fn: Callable[[jax.Array], Any] | None = None,
+    ):
         self.spec = spec
         self.axis_name = axis_name
+        self.resets = spec.resets
+        self.network_fn = network_fn
         self.loss = build_loss(spec, axis_name=axis_name)
         self.augment = build_augmentation(spec.augmentation)
         self.optimizer = build_optimizer(spec.optimizer)
@@ -149,7 +168,45 @@ class Learner:
         new_state = LearnerState(
             online=online, target=target, opt_state=opt_state, updates=count, key=key
         )
+        if self.resets is not None:
+            new_state = jax.lax.cond(
+                self.resets.due(count), self._reset_drawn, lambda s: s, new_state
+            )
         return new_state, aux
+
+    def reset(self, state: LearnerState, fresh_online: Any, fresh_target: Any) -> LearnerState:
+        """``state`` after a reset (:mod:`zoo.resets`): the online network toward
+        ``fresh_online``, the target toward ``fresh_target`` (``resets.target: reset``), the
+        optimizer's state started over (``resets.optimizer: reset``)."""
+        resets = self.resets
+        if resets is None:
+            raise ValueError("this learner's spec has no `resets`")
+        online = reset_network(resets, state.online, fresh_online)
+        target = (
+            reset_network(resets, state.target, fresh_target)
+            if resets.target == "reset"
+            else state.target
+        )
+        opt_state = (
+            self.optimizer.init(eqx.filter(online, eqx.is_inexact_array))
+            if resets.optimizer == "reset"
+            else state.opt_state
+        )
+        return LearnerState(
+            online=online, target=target, opt_state=opt_state, updates=state.updates, key=state.key
+        )
+
+    def _reset_drawn(self, state: LearnerState) -> LearnerState:
+        """:meth:`reset` toward two fresh draws of ``network_fn``, keyed by the update count."""
+        if self.network_fn is None:
+            raise ValueError(
+                "a spec with `resets` needs the learner to draw fresh networks: "
+                "Learner(spec, network_fn=lambda key: zoo.build_network(spec, "
+                "observation_shape, num_actions, key=key))"
+            )
+        key = jax.random.fold_in(jax.random.fold_in(state.key, 0x5E5E7), state.updates)
+        online_key, target_key = jax.random.split(key)
+        return self.reset(state, self.network_fn(online_key), self.network_fn(target_key))
 
 
 class DataParallelLearner:
@@ -169,6 +226,7 @@ class DataParallelLearner:
     Args:
       spec: a validated algorithm spec.
       devices: the devices to use (default: every device of every process).
+      network_fn: as :class:`Learner`'s (a spec with ``resets``).
 
     Attributes:
       learner: the per-device :class:`Learner` (its loss reduces over :attr:`axis_name`).
@@ -181,7 +239,13 @@ class DataParallelLearner:
 
     axis_name = "devices"
 
-    def __init__(self, spec: AlgorithmSpec, devices: list[Any] | None = None):
+    def __init__(
+        self,
+        spec: AlgorithmSpec,
+        devices: list[Any] | None = None,
+        *,
+        network_fn: Callable[[jax.Array], Any] | None = None,
+    ):
         from jax.sharding import Mesh
 
         self.spec = spec
@@ -191,7 +255,7 @@ class DataParallelLearner:
         self._multiprocess = len(local) < len(self.devices)
         self.num_processes = len({d.process_index for d in self.devices})
         self.traceable = not self._multiprocess
-        self.learner = Learner(spec, axis_name=self.axis_name)
+        self.learner = Learner(spec, axis_name=self.axis_name, network_fn=network_fn)
         self.loss = self.learner.loss
         self.mesh = Mesh(np.asarray(self.devices), (self.axis_name,))
         self._compiled: dict[Any, Any] = {}
@@ -299,10 +363,13 @@ def _local_part(x: jax.Array) -> jax.Array:
     return jnp.concatenate([s.data for s in shards]) if len(shards) > 1 else shards[0].data
 
 
-def learner_for_devices(spec: AlgorithmSpec) -> Learner | DataParallelLearner:
+def learner_for_devices(
+    spec: AlgorithmSpec, network_fn: Callable[[jax.Array], Any] | None = None
+) -> Learner | DataParallelLearner:
     """The learner a run on this host uses: :class:`Learner` on one local device,
-    :class:`DataParallelLearner` over the local devices when there are several."""
+    :class:`DataParallelLearner` over the local devices when there are several (``network_fn``:
+    as :class:`Learner`'s)."""
     local = jax.local_devices()
     if len(local) > 1:
-        return DataParallelLearner(spec, devices=local)
-    return Learner(spec)
+        return DataParallelLearner(spec, devices=local, network_fn=network_fn)
+    return Learner(spec, network_fn=network_fn)

@@ -21,6 +21,7 @@ __all__ = [
     "build_optimizer",
     "check_groups",
     "group_labels",
+    "is_parameter",
     "parameter_path",
     "radam",
     "rmsprop",
@@ -63,9 +64,14 @@ def parameter_path(path: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def group_labels(prefixes: Sequence[str], params: Any) -> Any:
+def group_labels(prefixes: Sequence[str], params: Any, names: Sequence[str] | None = None) -> Any:
     """The label of each parameter of ``params``: ``groups[i]`` for the first group whose dotted
     path it lies under, else :data:`MAIN`.
+
+    Args:
+      prefixes: the groups' dotted paths.
+      params: the network's parameters (or their shapes).
+      names: how an error names each group (default ``optimizer.groups[i].params``).
 
     Raises:
       ValueError: a group names no parameter of the network (with the parts it has).
@@ -83,11 +89,12 @@ def group_labels(prefixes: Sequence[str], params: Any) -> Any:
     labels = jax.tree_util.tree_map_with_path(label, params)
     for i, count in enumerate(claimed):
         if count == 0:
-            names = [parameter_path(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
-            parts = sorted({n.rsplit(".", 1)[0] for n in names})
+            paths = [parameter_path(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+            parts = sorted({n.rsplit(".", 1)[0] for n in paths})
+            name = names[i] if names is not None else f"optimizer.groups[{i}].params"
             raise ValueError(
-                f"optimizer.groups[{i}].params {prefixes[i]!r} names no parameter of the "
-                f"network; its parts with parameters are: {', '.join(parts)}"
+                f"{name} {prefixes[i]!r} names no parameter of the network; its parts with "
+                f"parameters are: {', '.join(parts)}"
             )
     return labels
 
@@ -97,10 +104,10 @@ def check_groups(config: object, network: Any) -> None:
     a network or its shapes (``eqx.filter_eval_shape``), before anything is allocated."""
     groups = list(getattr(config, "groups", None) or ())
     if groups:
-        group_labels([g.params for g in groups], eqx.filter(network, _is_parameter))
+        group_labels([g.params for g in groups], eqx.filter(network, is_parameter))
 
 
-def _is_parameter(x: Any) -> bool:
+def is_parameter(x: Any) -> bool:
     """A floating array, or the shape of one."""
     if isinstance(x, jax.ShapeDtypeStruct):
         return bool(jax.numpy.issubdtype(x.dtype, jax.numpy.inexact))

@@ -79,23 +79,26 @@ class VmappedSeeds:
             observation_shape=self.env.observation_shape,
             observation_dtype=self.env.observation_dtype,
         )
-        self.learner = Learner(self.spec)
+        self.learner = Learner(self.spec, network_fn=self._network)
         self.loop = Loop(self.spec, per_seed, self.learner, self.replay)
         self._run = async_jit(self._chunk, donate_argnums=(1, 2))
 
     # -------------------------------------------------------------------------------- setup
 
-    def _init_one(self, key: jax.Array) -> LoopCarry:
+    def _network(self, key: jax.Array) -> Any:
+        """A fresh draw of one seed's network (its first, and each reset's)."""
         import zoo
 
-        k_net, k_learner, k_loop = jax.random.split(key, 3)
-        net = zoo.build_network(
+        return zoo.build_network(
             self.spec,
             observation_shape=self.env.observation_shape,
             num_actions=self.env.num_actions,
-            key=k_net,
+            key=key,
         )
-        return self.loop.init(self.learner.init(net, k_learner), k_loop)
+
+    def _init_one(self, key: jax.Array) -> LoopCarry:
+        k_net, k_learner, k_loop = jax.random.split(key, 3)
+        return self.loop.init(self.learner.init(self._network(k_net), k_learner), k_loop)
 
     def init(self) -> tuple[LoopCarry, Any, jax.Array]:
         """Reset the pool and act once: ``(carry [S, ...], handle, prev_done [S·N])``."""

@@ -32,6 +32,7 @@ from zoo.learner import DataParallelLearner, Learner, learner_for_devices
 from zoo.loop import Loop
 from zoo.networks import build_network
 from zoo.optimizers import check_groups
+from zoo.resets import check_parts
 from zoo.runs import rundir
 from zoo.runs import settings as run_settings
 from zoo.runs.create import new_settings
@@ -238,7 +239,13 @@ def build(
     bp = plan_ if plan_ is not None else blueprint(spec, settings, env, group)
     spec = bp.spec
     path = loop_path(settings.loop, env, group)
-    learner = choose_learner(spec, settings, group)
+
+    def network_fn(key: jax.Array) -> Any:
+        return build_network(
+            spec, observation_shape=bp.observation_shape, num_actions=bp.num_actions, key=key
+        )
+
+    learner = choose_learner(spec, settings, group, network_fn)
     placement = _placement(settings) if settings.loop == "async" else None
     loop = Loop(spec, env, learner, bp.data, bp.core, placement=placement, max_lag=settings.max_lag)
     k_net, k_learner, k_run = jax.random.split(jax.random.PRNGKey(settings.seed), 3)
@@ -246,10 +253,7 @@ def build(
         k_run = jax.random.fold_in(k_run, group.process_id)
 
     def new_learner_state() -> Any:
-        network = build_network(
-            spec, observation_shape=bp.observation_shape, num_actions=bp.num_actions, key=k_net
-        )
-        return learner.init(network, k_learner)
+        return learner.init(network_fn(k_net), k_learner)
 
     workspace = 0
     if path == "host" and spec.rollout is None and learner.traceable and learner.num_devices == 1:
@@ -313,7 +317,8 @@ def _network_shapes(spec: AlgorithmSpec, observation_shape: tuple[int, ...], num
         raise RunRefusedError(f"network: {e}") from None
     try:
         check_groups(spec.optimizer, shapes)
-    except ValueError as e:  # a parameter group that names no part of the network
+        check_parts(spec.resets, shapes)
+    except ValueError as e:  # a parameter group or reset part that names no part of the network
         raise RunRefusedError(str(e)) from None
     return shapes
 
@@ -335,17 +340,24 @@ def _check_augmentation(
         raise RunRefusedError(f"augmentation: {e}") from None
 
 
-def choose_learner(spec: AlgorithmSpec, settings: RunSettings, group: Any) -> Any:
+def choose_learner(
+    spec: AlgorithmSpec, settings: RunSettings, group: Any, network_fn: Any = None
+) -> Any:
     """The run's learner, said in one line where it is not a plain one-device update: over the
     asynchronous driver's learner devices (on every process of a group), over every process's
-    devices, or over this host's local devices."""
+    devices, or over this host's local devices. ``network_fn``: a fresh draw of the run's
+    network (``key -> network``), for the resets of a spec that has them."""
 
     several = group is not None and group.several
     where = f"process {group.process_id} of {group.num_processes}: " if several else ""
     if settings.loop == "async":
         placement = _placement(settings)
         devices = _across_processes(placement.learner) if several else list(placement.learner)
-        learner = DataParallelLearner(spec, devices=devices) if len(devices) > 1 else Learner(spec)
+        learner = (
+            DataParallelLearner(spec, devices=devices, network_fn=network_fn)
+            if len(devices) > 1
+            else Learner(spec, network_fn=network_fn)
+        )
         shared = " (one device: acting and learning share it and do not overlap)"
         say(
             f"asynchronous driver: {where}{placement.describe()}"
@@ -360,13 +372,13 @@ def choose_learner(spec: AlgorithmSpec, settings: RunSettings, group: Any) -> An
         return learner
     if several:
         # every process's devices: gradients averaged over all of them
-        learner = DataParallelLearner(spec, devices=jax.devices())
+        learner = DataParallelLearner(spec, devices=jax.devices(), network_fn=network_fn)
         say(
             f"{where}the update runs data-parallel over {len(learner.devices)} devices of "
             f"{group.num_processes} processes (zoo.runs.distributed)"
         )
         return learner
-    learner = learner_for_devices(spec)
+    learner = learner_for_devices(spec, network_fn)
     if isinstance(learner, DataParallelLearner):
         say(
             f"the update runs data-parallel over {learner.num_devices} local devices "

@@ -100,6 +100,7 @@ from zoo.spec.optimizers import Adam, AdamW, Optimizer, RAdam, RmsProp
 from zoo.spec.overrides import OVERRIDES_SOURCE, apply_overrides, parse_overrides
 from zoo.spec.presets import Budget, EnvSpec, Preset, Reference
 from zoo.spec.replay import ReplaySpec, SequenceSpec
+from zoo.spec.resets import ResetSpec
 from zoo.spec.rollout import RolloutSpec
 from zoo.spec.schedules import ConstantSchedule, ExponentialSchedule, LinearSchedule, Schedule
 
@@ -152,6 +153,7 @@ __all__ = [
     "RandomShift",
     "Reference",
     "ReplaySpec",
+    "ResetSpec",
     "RmsProp",
     "RolloutSpec",
     "ScaleTransform",

@@ -22,6 +22,7 @@ from zoo.spec.loss import LossSpec
 from zoo.spec.network import NetworkSpec
 from zoo.spec.optimizers import Adam, Optimizers
 from zoo.spec.replay import ReplaySpec
+from zoo.spec.resets import ResetSpec
 from zoo.spec.rollout import RolloutSpec
 from zoo.spec.schedules import LinearSchedule, Schedule, probability_problems
 
@@ -104,7 +105,13 @@ class AlgorithmSpec(Model):
         "zoo.registry.register('augmentation', NAME, config=...)",
     )
     optimizer: _Optimizer = Field(
-        default_factory=lambda: Adam(), description="{kind: adam | rmsprop | radam, ...}"
+        default_factory=lambda: Adam(), description="{kind: adam | adamw | rmsprop | radam, ...}"
+    )
+    resets: ResetSpec | None = Field(
+        None,
+        description="null (never) | {every, first, count, shrink, shrink_factor, perturb_factor, "
+        "keep, target, optimizer}: re-initialise parts of the network every `every` learner "
+        "updates (Nikishin et al. 2022; SR-SPR and BBF's shrink-and-perturb)",
     )
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="the schedules")
 

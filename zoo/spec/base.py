@@ -37,6 +37,7 @@ __all__ = [
     "at",
     "axis",
     "axis_paths",
+    "path_within",
     "union_tags",
     "walk",
 ]
@@ -226,3 +227,9 @@ def at(path: str, field: str) -> str:
 def a_or_an(word: str) -> str:
     """The indefinite article of ``word`` in messages (``an iqn head``, ``a quantile head``)."""
     return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def path_within(inner: str, outer: str) -> bool:
+    """Whether the dotted path ``inner`` lies under ``outer`` (or is it): ``torso.stacks.0``
+    lies within ``torso``; ``torso_norm`` does not."""
+    return inner == outer or inner.startswith(outer + ".")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import Field
 
-from zoo.spec.base import Component, Model, axis
+from zoo.spec.base import Component, Model, axis, path_within
 from zoo.spec.schedules import Schedule, learning_rate_problems
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,18 +49,13 @@ class Optimizer(Component):
                     "`optimizer.groups`",
                 )
             for other in seen:
-                if _nested(group.params, other) or _nested(other, group.params):
+                if path_within(group.params, other) or path_within(other, group.params):
                     yield (
                         f"{where}.params",
                         f"{group.params!r} overlaps the earlier group {other!r}: a parameter "
                         "is trained by one optimizer; give each group its own part",
                     )
             seen.append(group.params)
-
-
-def _nested(inner: str, outer: str) -> bool:
-    """Whether the dotted path ``inner`` lies under ``outer`` (or is it)."""
-    return inner == outer or inner.startswith(outer + ".")
 
 
 class Adam(Optimizer):
