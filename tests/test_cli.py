@@ -183,7 +183,7 @@ def test_show_hides_the_settings_an_algorithm_never_reads(
     assert hidden == [
         "# not read by this algorithm, so not shown: loss.importance_eps, "
         "loss.importance_exponent, loss.priority, network.noisy_sigma0, network.shared_hidden, "
-        "replay, schedule.update_period, schedule.updates_per_period"
+        "replay, schedule.cycle, schedule.update_period, schedule.updates_per_period"
     ]
     assert cli.main(["show", "rainbow"]) == 0  # noisy and prioritized: everything is read
     data = yaml.safe_load(capsys.readouterr().out)

@@ -26,7 +26,22 @@ pytestmark = pytest.mark.compiled
 STEPS = 300
 
 
-def small(name: str, updates_per_period: int = 1) -> zoo.AlgorithmSpec:
+#: n and γ annealed over the run's updates (BBF's axis, zoo.horizon): windows cut at sample time
+ANNEALED = {
+    "loss.n_step": 3,
+    "loss.reward_clip": None,
+    "schedule.n_step": {"kind": "geometric", "start": 3, "end": 1, "steps": 300},
+    "schedule.discount": {
+        "kind": "geometric",
+        "start": 0.9,
+        "end": 0.99,
+        "steps": 300,
+        "complement": True,
+    },
+}
+
+
+def small(name: str, updates_per_period: int = 1, extra: dict | None = None) -> zoo.AlgorithmSpec:
     base = zoo.spec.algorithm_for(zoo.load_preset(f"{name}_cartpole"))
     overrides = {
         "replay.capacity": 2000,
@@ -46,7 +61,7 @@ def small(name: str, updates_per_period: int = 1) -> zoo.AlgorithmSpec:
         )
     else:
         overrides["replay.batch_size"] = 16
-    return zoo.load_algorithm(base, overrides=overrides)
+    return zoo.load_algorithm(base, overrides={**overrides, **(extra or {})})
 
 
 def build(spec, num_envs: int):
@@ -104,12 +119,18 @@ def run_compiled(spec, num_envs, chunks=(100, 150, 50)):
 
 
 @pytest.mark.parametrize(
-    ("name", "num_envs", "per_period"),
-    # the last: 3 updates per 2 transitions (a replay ratio above one, BBF's axis): 3 per step
-    [("dqn", 1, 1), ("prioritized_c51", 2, 1), ("r2d2", 2, 1), ("dqn", 2, 3)],
+    ("name", "num_envs", "per_period", "extra"),
+    # 3 updates per 2 transitions (a replay ratio above one, BBF's axis): 3 per step, with the
+    # n-step length and γ annealed over the updates
+    [
+        ("dqn", 1, 1, None),
+        ("prioritized_c51", 2, 1, None),
+        ("r2d2", 2, 1, None),
+        ("dqn", 2, 3, ANNEALED),
+    ],
 )
-def test_host_and_compiled_paths_agree(name, num_envs, per_period):
-    spec = small(name, per_period)
+def test_host_and_compiled_paths_agree(name, num_envs, per_period, extra):
+    spec = small(name, per_period, extra)
     host, host_returns = run_host(spec, num_envs)
     compiled, compiled_returns = run_compiled(spec, num_envs)
     assert int(host.env_steps) == int(compiled.env_steps) == STEPS * num_envs
@@ -145,6 +166,13 @@ def test_host_and_compiled_paths_agree(name, num_envs, per_period):
     params = lambda c: eqx.filter(c.learner.online, eqx.is_inexact_array)  # noqa: E731
     for x, y in zip(jax.tree.leaves(params(host)), jax.tree.leaves(params(compiled)), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
+    if extra is not None:
+        # the options took effect: without them the same run learns other parameters
+        plain, _ = run_host(
+            small(name, per_period, {"loss.n_step": 3, "loss.reward_clip": None}), num_envs
+        )
+        leaves = zip(jax.tree.leaves(params(host)), jax.tree.leaves(params(plain)), strict=True)
+        assert any(not np.allclose(np.asarray(x), np.asarray(y)) for x, y in leaves)
 
 
 def test_actors_lag_the_learner_by_one_update():

@@ -40,6 +40,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from zoo.horizon import Horizon
 from zoo.learner import DataParallelLearner, Learner, LearnerState
 from zoo.replay import PendingPriorities, Replay, SampleInfo
 from zoo.spec import AlgorithmSpec
@@ -184,6 +185,7 @@ class LearnStep:
         # a learner over several processes takes each one's share of the global batch
         self.batch_size = batch_size // learner.num_processes
         self.metric_names = tuple(learner.loss.metric_names)
+        self.horizon = Horizon(learner.spec)
 
     def init(self, learner_state: LearnerState, key: jax.Array) -> LearnCarry:
         """The carry before the first update (the actors act with ``learner_state``'s network;
@@ -214,15 +216,22 @@ class LearnStep:
         return carry._replace(learner=learner_state, actor=actor, actor_report=report)
 
     def sample(
-        self, replay_state: Any, deferred: PendingPriorities | None, key: jax.Array
+        self,
+        replay_state: Any,
+        deferred: PendingPriorities | None,
+        key: jax.Array,
+        updates: Any = None,
     ) -> tuple[Any, jax.Array, Any, SampleInfo]:
-        """Write the previous update's priorities, then draw a batch.
+        """Write the previous update's priorities, then draw a batch; its n-step windows with
+        the n and γ of the learner's ``updates`` done where they are scheduled
+        (:class:`zoo.horizon.Horizon`).
 
         Returns ``(replay_state, key, batch, info)``.
         """
         replay_state = self.replay.write_priorities(replay_state, deferred)
         key, sub = jax.random.split(key)
-        batch, info = self.replay.sample(replay_state, sub, self.batch_size)
+        horizon = None if updates is None else self.horizon.at(updates)
+        batch, info = self.replay.sample(replay_state, sub, self.batch_size, horizon)
         return replay_state, key, batch, info
 
     def update(
@@ -272,7 +281,9 @@ class LearnStep:
         # the actors act on this process's copy (a learner over processes holds global arrays)
         local = self.learner.unreplicate(carry.learner)
         actor, actor_report = local.online, report(local.updates, carry.last_loss)
-        replay_state, key, batch, info = sample(replay_state, carry.deferred, carry.key)
+        replay_state, key, batch, info = sample(
+            replay_state, carry.deferred, carry.key, local.updates
+        )
         if barrier:
             batch = jax.lax.optimization_barrier(batch)
         learner, deferred, sums, count, loss = update(

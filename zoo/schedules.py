@@ -6,16 +6,17 @@ Each factory takes its validated config and returns ``fn(step) -> float array``,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax.numpy as jnp
 
 from zoo import registry
-from zoo.spec import ConstantSchedule, ExponentialSchedule, LinearSchedule
+from zoo.spec import ConstantSchedule, ExponentialSchedule, GeometricSchedule, LinearSchedule
 
 ScheduleFn = Callable[[jnp.ndarray | int], jnp.ndarray]
 
-__all__ = ["ScheduleFn", "build_schedule", "constant", "exponential", "linear"]
+__all__ = ["ScheduleFn", "build_schedule", "constant", "exponential", "geometric", "linear"]
 
 
 def build_schedule(config: object) -> ScheduleFn:
@@ -62,5 +63,22 @@ def exponential(config: ExponentialSchedule) -> ScheduleFn:
         if end is not None:
             value = jnp.maximum(value, end) if rate < 1 else jnp.minimum(value, end)
         return jnp.asarray(value, jnp.float32)
+
+    return fn
+
+
+@registry.register("schedule", "geometric")
+def geometric(config: GeometricSchedule) -> ScheduleFn:
+    """``start·(end/start)^min(step/steps, 1)``, or of ``1 − value`` with ``complement``
+    (BBF's ``exponential_decay_scheduler``)."""
+    start, end, steps = float(config.start), float(config.end), config.steps
+    if config.complement:
+        start, end = 1.0 - start, 1.0 - end
+    log_start, log_end = math.log(start), math.log(end)
+
+    def fn(step: jnp.ndarray | int) -> jnp.ndarray:
+        frac = jnp.clip(jnp.asarray(step, jnp.float32) / steps, 0.0, 1.0)
+        value = jnp.exp(log_start + frac * (log_end - log_start))
+        return jnp.asarray(1.0 - value if config.complement else value, jnp.float32)
 
     return fn

@@ -250,10 +250,10 @@ class AsyncDriver:
     # mesh, the batch is split and the sample's info replicated in one call, and the update's
     # priorities come back to the replay's device.
 
-    def _sample(self, replay_state: Any, deferred: Any, key: jax.Array) -> Any:
+    def _sample(self, replay_state: Any, deferred: Any, key: jax.Array, updates: Any) -> Any:
         if self._mesh is not None:
             deferred = self._to_learner(deferred)
-        return self.sample(replay_state, deferred, key)
+        return self.sample(replay_state, deferred, key, updates)
 
     def _update(self, learner_state: Any, batch: Any, info: Any, sums: Any, count: Any) -> Any:
         if self._mesh is not None and not self._processes:

@@ -77,7 +77,11 @@ class HostDriver:
 
         carry = eqx.filter_eval_shape(self.loop.init, learner_state, key)
         _, _, batch, info = eqx.filter_eval_shape(
-            self.loop.learn_step.sample, carry.replay, carry.deferred, carry.key
+            self.loop.learn_step.sample,
+            carry.replay,
+            carry.deferred,
+            carry.key,
+            carry.learner.updates,
         )
         compiled = self.update.lower(
             carry.learner, batch, info, carry.metric_sums, carry.metric_count

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo import registry
+from zoo.horizon import Horizon
 from zoo.losses.components import Bonus, munchausen_bonus, no_bonus
 from zoo.losses.returns import q_lambda_targets
 from zoo.networks.heads import Role
@@ -147,6 +148,7 @@ class Loss:
         self._beta = build_schedule(loss.importance_exponent)
         self._importance_eps = float(loss.importance_eps)
         self._discount = float(loss.discount)
+        self._horizon = Horizon(spec)
         self._bonus: Bonus = (
             munchausen_bonus(loss.munchausen.alpha, loss.munchausen.clip_min, loss.temperature)
             if loss.munchausen is not None
@@ -202,13 +204,19 @@ class Loss:
                     f"{self.spec.name or 'this spec'} learns from zoo.Transition, "
                     f"got {type(batch).__name__}"
                 )
-            parts = self._transition_items(online, target, batch, key, shared=shared)
+            parts = self._transition_items(online, target, batch, key, shared=shared, step=step)
         return self._reduce(*parts, probability=batch.probability, step=step)
 
     # ---------------------------------------------------------------- single transitions
 
     def _transition_items(
-        self, online: Any, target: Any, batch: Transition, key: Array, shared: bool = False
+        self,
+        online: Any,
+        target: Any,
+        batch: Transition,
+        key: Array,
+        shared: bool = False,
+        step: Array | int = 0,
     ) -> tuple[Array, Array, Array, Array]:
         k_online, k_select, k_target, k_target_tm1 = jax.random.split(key, 4)
         sg = jax.lax.stop_gradient
@@ -231,7 +239,9 @@ class Loss:
             r = self._clip(r) + self._bonus(q_target_tm1, a_tm1)
             return self._head_loss(o_tm1, a_tm1, r, d, o_t, pi, shift, self._tx)
 
-        d = batch.discount * self._discount
+        # γ of this update (a schedule of the learner's updates, zoo.horizon), as the replay
+        # built the batch's windows with
+        d = batch.discount * self._horizon.discount(step)
         item_loss, td = jax.vmap(example)(
             out_tm1, batch.action, batch.reward, d, out_t, select_t.q_values, bonus_tm1
         )

@@ -361,7 +361,9 @@ class Replay(abc.ABC):
         """bool scalar: at least ``batch_size`` items are sampleable."""
         return self.size(state) >= batch_size
 
-    def sample(self, state: ReplayState, key: Array, batch_size: int) -> tuple[Any, SampleInfo]:
+    def sample(
+        self, state: ReplayState, key: Array, batch_size: int, horizon: Any = None
+    ) -> tuple[Any, SampleInfo]:
         """Draw ``batch_size`` items with replacement by the kind's rule over eligible items.
 
         ``P(i) ∝ p_i^α`` for ``prioritized`` (uniform over eligible items without priorities);
@@ -369,16 +371,21 @@ class Replay(abc.ABC):
 
         ``batch_size`` is static (``jax.jit(replay.sample, static_argnums=2)``). Check
         :meth:`can_sample` first: with no eligible item the batch is garbage with probability 0.
+        ``horizon``: ``(n, γ)`` for this batch's n-step windows where they are scheduled
+        (:class:`zoo.horizon.Horizon`; ``n`` at most the replay's own); ``None``: the replay's.
         """
         indices, probability = self.sample_rule(key, self._weights(state), batch_size)
         env = indices // self.items_per_env
         item = indices % self.items_per_env
-        batch = self._batch(state, env, item, probability)
+        batch = self._batch(state, env, item, probability, horizon)
         return batch, SampleInfo(indices=indices, probability=probability, sampled_at=state.cursor)
 
     @abc.abstractmethod
-    def _batch(self, state: ReplayState, env: Array, item: Array, probability: Array) -> Any:
-        """The batch of the sampled items (a Transition or a SequenceBatch)."""
+    def _batch(
+        self, state: ReplayState, env: Array, item: Array, probability: Array, horizon: Any = None
+    ) -> Any:
+        """The batch of the sampled items (a Transition or a SequenceBatch); ``horizon`` as
+        :meth:`sample`'s (a kind without n-step windows ignores it)."""
 
     def observation(self, state: ReplayState, env: Array, slot: Array) -> Array:
         """The (stacked) observation of physical ``slot`` of ``env`` as the actor saw it.

@@ -52,8 +52,9 @@ class SequenceReplay(Replay):
         self.stores_state = self._core_template is not None
 
     def _batch(
-        self, state: ReplayState, env: Array, item: Array, probability: Array
+        self, state: ReplayState, env: Array, item: Array, probability: Array, horizon: Any = None
     ) -> SequenceBatch:
+        del horizon  # n-step returns of sequences are the loss's (the spec refuses schedules)
         cap = self.capacity_per_env
         start = item * self.period
         slots = jnp.remainder(start[:, None] + jnp.arange(self.length, dtype=start.dtype), cap)

@@ -31,7 +31,12 @@ __all__ = ["TransitionReplay", "n_step_window"]
 
 
 def n_step_window(
-    reward: Array, terminated: Array, truncated: Array, n: int, discount: float
+    reward: Array,
+    terminated: Array,
+    truncated: Array,
+    n: int,
+    discount: Any,
+    length: Any = None,
 ) -> tuple[Array, Array, Array]:
     """The n-step reward, discount and length ``k`` of windows given their next ``n`` steps.
 
@@ -39,8 +44,10 @@ def n_step_window(
       reward: ``[..., n]`` rewards ``r_t … r_{t+n−1}``.
       terminated: ``[..., n]`` bool.
       truncated: ``[..., n]`` bool.
-      n: the window length.
-      discount: the agent discount γ.
+      n: the steps given (static).
+      discount: the agent discount γ (a number or a traced scalar).
+      length: the window's length when shorter than ``n`` (a traced int ≤ ``n``: a scheduled
+        n-step length); ``None``: ``n``.
 
     Returns:
       ``(reward [...], discount [...], k [...] int32)`` as in the module docstring.
@@ -48,6 +55,8 @@ def n_step_window(
     end = (terminated | truncated).astype(jnp.int32)
     ended_before = (jnp.cumsum(end, axis=-1) - end) > 0
     alive = ~ended_before  # step j belongs to the window
+    if length is not None:
+        alive = alive & (jnp.arange(n) < length)
     d = jnp.where(alive, 1.0 - terminated.astype(jnp.float32), 1.0)
     d_before = jnp.cumprod(jnp.concatenate([jnp.ones_like(d[..., :1]), d[..., :-1]], -1), -1)
     powers = jnp.asarray(discount, jnp.float32) ** jnp.arange(n, dtype=jnp.float32)
@@ -75,8 +84,11 @@ class TransitionReplay(Replay):
         self.n_step = n_step
         self.discount = float(discount)
 
-    def _batch(self, state: ReplayState, env: Array, item: Array, probability: Array) -> Transition:
+    def _batch(
+        self, state: ReplayState, env: Array, item: Array, probability: Array, horizon: Any = None
+    ) -> Transition:
         cap, n = self.capacity_per_env, self.n_step
+        length, gamma = (None, self.discount) if horizon is None else horizon
         slot = item
         window = jnp.remainder(slot[:, None] + jnp.arange(n, dtype=slot.dtype), cap)
         rows = env[:, None]
@@ -85,7 +97,8 @@ class TransitionReplay(Replay):
             state.terminated[rows, window],
             state.truncated[rows, window],
             n,
-            self.discount,
+            gamma,
+            length,
         )
         next_slot = jnp.remainder(slot + k, cap)
         return Transition(

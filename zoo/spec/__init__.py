@@ -102,7 +102,13 @@ from zoo.spec.presets import Budget, EnvSpec, Preset, Reference
 from zoo.spec.replay import ReplaySpec, SequenceSpec
 from zoo.spec.resets import ResetSpec
 from zoo.spec.rollout import RolloutSpec
-from zoo.spec.schedules import ConstantSchedule, ExponentialSchedule, LinearSchedule, Schedule
+from zoo.spec.schedules import (
+    ConstantSchedule,
+    ExponentialSchedule,
+    GeometricSchedule,
+    LinearSchedule,
+    Schedule,
+)
 
 __all__ = [
     "MAX_EXTENDS_DEPTH",
@@ -126,6 +132,7 @@ __all__ = [
     "EnvSpec",
     "ExponentialSchedule",
     "FqfHead",
+    "GeometricSchedule",
     "Head",
     "HuberTd",
     "IdentityTransform",

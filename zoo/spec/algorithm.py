@@ -12,19 +12,19 @@ which are *learner updates*.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Union
+from typing import Literal, Union
 
 from pydantic import Field, model_validator
 
 from zoo.spec.augmentation import RandomShift
-from zoo.spec.base import Model, axis, walk
+from zoo.spec.base import Model, at, axis, walk
 from zoo.spec.loss import LossSpec
 from zoo.spec.network import NetworkSpec
 from zoo.spec.optimizers import Adam, Optimizers
 from zoo.spec.replay import ReplaySpec
 from zoo.spec.resets import ResetSpec
 from zoo.spec.rollout import RolloutSpec
-from zoo.spec.schedules import LinearSchedule, Schedule, probability_problems
+from zoo.spec.schedules import LinearSchedule, Schedule, probability_problems, schedule_points
 
 __all__ = ["AlgorithmSpec", "ScheduleSpec", "spec_problems", "unused_settings"]
 
@@ -67,6 +67,24 @@ class ScheduleSpec(Model):
         "exploration to noisy layers (Beyond The Rainbow keeps ε-greedy beside its noisy "
         "networks for the first half of training: 25M of its 50M transitions)",
     )
+    n_step: Schedule | None = Field(
+        None,
+        description="null (always loss.n_step) | a schedule of the n-step length at each "
+        "learner update, rounded to the nearest integer (half to even), at most loss.n_step "
+        "(the window the replay keeps); BBF anneals 10 → 3: {kind: geometric, start: 10, end: "
+        "3, steps: 10000}",
+    )
+    discount: Schedule | None = Field(
+        None,
+        description="null (always loss.discount) | a schedule of γ at each learner update, "
+        "in the n-step return and its bootstrap; BBF anneals 0.97 → 0.997: {kind: geometric, "
+        "start: 0.97, end: 0.997, steps: 10000, complement: true}",
+    )
+    cycle: Literal["run", "resets"] = Field(
+        "run",
+        description="the learner-update count the n_step and discount schedules read: run = "
+        "since the start | resets = since the last reset (BBF's cycle_grad_steps)",
+    )
     eval_epsilon: float | None = Field(
         None,
         ge=0,
@@ -75,10 +93,41 @@ class ScheduleSpec(Model):
         "DQN, 0.001 for C51); null = the evaluation protocol's",
     )
 
-    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
-        """ε is a probability."""
+    def unused_settings(self, spec: AlgorithmSpec) -> Iterable[str]:
+        """The cycle of schedules that are not there."""
         del spec
+        if self.n_step is None and self.discount is None:
+            yield "schedule.cycle"
+
+    def spec_problems(self, spec: AlgorithmSpec) -> Iterable[tuple[str, str]]:
+        """ε is a probability; n and γ schedules stay in their ranges, on transitions only;
+        a cycle of resets needs resets."""
         yield from probability_problems("schedule.epsilon", self.epsilon, "ε is a probability")
+        n_max = spec.loss.n_step
+        for field, value in schedule_points(self.n_step):
+            if not 1 <= value <= n_max:
+                yield (
+                    at("schedule.n_step", field),
+                    f"the n-step length must be from 1 to loss.n_step = {n_max} (the window "
+                    f"the replay keeps), got {value}; raise loss.n_step to the schedule's largest",
+                )
+        for field, value in schedule_points(self.discount):
+            if not 0 < value <= 1:
+                yield at("schedule.discount", field), f"γ must be in (0, 1], got {value}"
+        scheduled = [n for n in ("n_step", "discount") if getattr(self, n) is not None]
+        if scheduled and (spec.rollout is not None or spec.replay.sequence is not None):
+            yield (
+                f"schedule.{scheduled[0]}",
+                "n-step length and γ schedules apply to sampled transitions; a rollout (PQN) or "
+                f"stored sequences (a recurrent core) keep loss.n_step and loss.discount; drop "
+                f"`schedule.{scheduled[0]}`",
+            )
+        if self.cycle == "resets" and spec.resets is None:
+            yield (
+                "schedule.cycle",
+                "cycle: resets counts learner updates since the last reset, and the spec has no "
+                "`resets`; add them or set `schedule.cycle: run`",
+            )
 
 
 class AlgorithmSpec(Model):

@@ -12,6 +12,7 @@ from zoo.spec.base import Component, at, axis
 __all__ = [
     "ConstantSchedule",
     "ExponentialSchedule",
+    "GeometricSchedule",
     "LinearSchedule",
     "Schedule",
     "learning_rate_problems",
@@ -61,7 +62,36 @@ class ExponentialSchedule(Component):
         return self
 
 
-_BuiltinSchedule = Union[ConstantSchedule, LinearSchedule, ExponentialSchedule]
+class GeometricSchedule(Component):
+    """Geometric (log-linear) interpolation from ``start`` to ``end`` over ``steps``, held at
+    ``end`` after: ``start·(end/start)^min(t/steps, 1)``; with ``complement``, of ``1 − x``
+    instead: ``1 − (1 − start)·((1 − end)/(1 − start))^min(t/steps, 1)``. BBF's
+    ``exponential_decay_scheduler`` (Schwarzer et al. 2023, ``spr_agent.py``): its n-step
+    10 → 3 and (``complement``, its ``reverse``) γ 0.97 → 0.997 over 10,000 updates."""
+
+    kind: Literal["geometric"] = "geometric"
+    start: float = Field(description="value at step 0")
+    end: float = Field(description="value from `steps` on")
+    steps: int = Field(gt=0, description="steps from `start` to `end`")
+    complement: bool = Field(
+        False,
+        description="interpolate 1 − value geometrically (BBF's reverse=True, for γ: 1 − γ "
+        "goes from 0.03 to 0.003)",
+    )
+
+    @model_validator(mode="after")
+    def _positive(self) -> GeometricSchedule:
+        ends = (1 - self.start, 1 - self.end) if self.complement else (self.start, self.end)
+        if min(ends) <= 0:
+            what = "below 1" if self.complement else "positive"
+            raise ValueError(
+                f"a geometric schedule interpolates logarithms: `start` and `end` must be {what}"
+                + (" (with `complement: true`)" if self.complement else "")
+            )
+        return self
+
+
+_BuiltinSchedule = Union[ConstantSchedule, LinearSchedule, ExponentialSchedule, GeometricSchedule]
 
 
 #: A schedule field: a number (constant) or ``{kind: linear, start, end, steps, begin}``, ...
@@ -73,7 +103,7 @@ def schedule_points(schedule: Any) -> list[tuple[str, float]]:
     kind = getattr(schedule, "kind", None)
     if kind == "constant":
         return [("", schedule.value)]
-    if kind == "linear":
+    if kind in ("linear", "geometric"):
         return [("start", schedule.start), ("end", schedule.end)]
     if kind == "exponential":
         points = [("start", schedule.start)]
