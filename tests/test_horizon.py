@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.horizon import Horizon, updates_since_reset
+from zoo.horizon import Horizon
 from zoo.replay.transitions import n_step_window
+from zoo.resets import updates_since_reset
 
 BBF_SCHEDULES = {
     "schedule.n_step": {"kind": "geometric", "start": 10, "end": 3, "steps": 10000},

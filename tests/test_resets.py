@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.horizon import Horizon
 from zoo.learner import Learner
 from zoo.optimizers import parameter_path
 from zoo.resets import check_parts
@@ -188,3 +189,70 @@ def test_the_update_resets_when_due_toward_fresh_draws():
     assert resets == [3, 6]
     with pytest.raises(ValueError, match=r"needs the learner to draw fresh networks"):
         eqx.filter_jit(Learner(spec).update)(state, batch)
+
+
+@pytest.mark.run
+def test_a_run_resets_and_anneals_on_its_cycle_and_resumes(tmp_path):
+    """A real CartPole run (compiled driver) with resets every 100 updates and n, γ annealed
+    over each cycle: the metrics show the resets done and n, γ starting over after each; the
+    run resumes from its checkpoint and goes on counting."""
+    from tiny import tiny_overrides
+
+    from zoo.runs.metrics import read_jsonl
+
+    overrides = {
+        **tiny_overrides("dqn_cartpole"),
+        "loss.n_step": 3,
+        "loss.reward_clip": None,
+        "resets": {"every": 100, "keep": ["streams.mlp.layers.0"]},
+        "schedule.cycle": "resets",
+        "schedule.n_step": {"kind": "geometric", "start": 3, "end": 1, "steps": 100},
+        "schedule.discount": {
+            "kind": "geometric",
+            "start": 0.9,
+            "end": 0.99,
+            "steps": 100,
+            "complement": True,
+        },
+    }
+    run = tmp_path / "r"
+    options = dict(progress=False, eval_every=800, checkpoint_every=400, log_every=100)
+    zoo.train(
+        "dqn_cartpole",
+        total_env_steps=800,
+        loop="compiled",
+        overrides=overrides,
+        run_dir=run,
+        **options,
+    )
+    zoo.train(resume=run, total_env_steps=1200, progress=False)
+    logged = [m for m in read_jsonl(run / "metrics.jsonl") if m.get("updates")]
+    # one update per 2 transitions from 200 on: 50 updates a log, a reset after every second
+    assert [m["updates"] for m in logged] == list(range(50, 501, 50))
+    # resets done, averaged over each log's 50 updates: 0 before the first, then one update in
+    # fifty already counts the next
+    assert [round(m["resets"], 2) for m in logged] == [
+        0.0,
+        0.02,
+        1.0,
+        1.02,
+        2.0,
+        2.02,
+        3.0,
+        3.02,
+        4.0,
+        4.02,
+    ]
+    # n and γ over each cycle's first and second halves, the same in every cycle
+    preset = zoo.spec.algorithm_for(zoo.load_preset("dqn_cartpole"))
+    horizon = Horizon(zoo.load_algorithm(preset, overrides=overrides))
+    halves = [
+        (
+            np.mean([int(horizon.n_step(u)) for u in range(a, a + 50)]),
+            np.mean([float(horizon.discount(u)) for u in range(a, a + 50)]),
+        )
+        for a in (0, 50)
+    ]
+    for i, m in enumerate(logged):
+        n, gamma = halves[i % 2]
+        assert m["n_step"] == pytest.approx(n) and m["discount"] == pytest.approx(gamma, rel=1e-5)

@@ -16,25 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
+from zoo.resets import updates_since_reset
 from zoo.schedules import build_schedule
-from zoo.spec import AlgorithmSpec, ResetSpec
+from zoo.spec import AlgorithmSpec
 
-__all__ = ["Horizon", "updates_since_reset"]
-
-
-def updates_since_reset(resets: ResetSpec, updates: Any) -> jax.Array:
-    """Learner updates done since the last reset at ``updates`` done (all of them before the
-    first reset); resets as :meth:`zoo.spec.ResetSpec.due` places them."""
-    updates = jnp.asarray(updates, jnp.int32)
-    first = resets.first if resets.first is not None else resets.every
-    done = jnp.maximum(updates - first, 0) // resets.every
-    if resets.count is not None:
-        done = jnp.minimum(done, resets.count - 1)
-    last = first + done * resets.every
-    return jnp.where(updates >= first, updates - last, updates)
+__all__ = ["Horizon"]
 
 
 class Horizon:

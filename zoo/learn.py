@@ -159,7 +159,8 @@ class LearnStep:
         evenly over the learner's devices.
 
     Attributes:
-      metric_names: the loss's metric names, the order of ``LearnCarry.metric_sums``.
+      metric_names: the learner's metric names (the loss's and its own), the order of
+        ``LearnCarry.metric_sums``.
 
     Raises:
       ValueError: ``batch_size`` is not a multiple of the learner's devices (``num_shards``).
@@ -184,7 +185,7 @@ class LearnStep:
             )
         # a learner over several processes takes each one's share of the global batch
         self.batch_size = batch_size // learner.num_processes
-        self.metric_names = tuple(learner.loss.metric_names)
+        self.metric_names = tuple(learner.metric_names)
         self.horizon = Horizon(learner.spec)
 
     def init(self, learner_state: LearnerState, key: jax.Array) -> LearnCarry:

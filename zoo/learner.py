@@ -39,9 +39,10 @@ import numpy as np
 import optax
 
 from zoo.augmentation import augment_batch, build_augmentation
+from zoo.horizon import Horizon
 from zoo.losses import build_loss
 from zoo.optimizers import build_optimizer
-from zoo.resets import reset_network
+from zoo.resets import reset_network, resets_done
 from zoo.spec import AlgorithmSpec
 from zoo.types import LossAux, SequenceBatch, Transition
 
@@ -105,12 +106,21 @@ class Learner:
         self.axis_name = axis_name
         self.resets = spec.resets
         self.network_fn = network_fn
+        self.horizon = Horizon(spec)
         self.loss = build_loss(spec, axis_name=axis_name)
         self.augment = build_augmentation(spec.augmentation)
         self.optimizer = build_optimizer(spec.optimizer)
         self.target_update_period = int(spec.schedule.target_update_period)
         self.target_update_rate = float(spec.schedule.target_update_rate)
         self.target_is_online = self.target_update_period == 1 and self.target_update_rate == 1.0
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The names of an update's metrics: the loss's, then ``resets`` (resets done) with
+        resets, and ``n_step`` and ``discount`` (this update's) where they are scheduled."""
+        extra = ("resets",) if self.resets is not None else ()
+        extra += ("n_step", "discount") if self.horizon.scheduled else ()
+        return (*self.loss.metric_names, *extra)
 
     def init(self, network: Any, key: jax.Array) -> LearnerState:
         """Initial state: the target starts as an exact copy of ``network``."""
@@ -168,11 +178,16 @@ class Learner:
         new_state = LearnerState(
             online=online, target=target, opt_state=opt_state, updates=count, key=key
         )
+        metrics = dict(aux.metrics)
         if self.resets is not None:
             new_state = jax.lax.cond(
                 self.resets.due(count), self._reset_drawn, lambda s: s, new_state
             )
-        return new_state, aux
+            metrics["resets"] = resets_done(self.resets, count).astype(jnp.float32)
+        if self.horizon.scheduled:
+            metrics["n_step"] = jnp.asarray(self.horizon.n_step(state.updates), jnp.float32)
+            metrics["discount"] = jnp.asarray(self.horizon.discount(state.updates), jnp.float32)
+        return new_state, aux._replace(metrics=metrics)
 
     def reset(self, state: LearnerState, fresh_online: Any, fresh_target: Any) -> LearnerState:
         """``state`` after a reset (:mod:`zoo.resets`): the online network toward
@@ -257,6 +272,7 @@ class DataParallelLearner:
         self.traceable = not self._multiprocess
         self.learner = Learner(spec, axis_name=self.axis_name, network_fn=network_fn)
         self.loss = self.learner.loss
+        self.metric_names = self.learner.metric_names
         self.mesh = Mesh(np.asarray(self.devices), (self.axis_name,))
         self._compiled: dict[Any, Any] = {}
 

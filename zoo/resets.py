@@ -22,11 +22,21 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from zoo.optimizers import group_labels, is_parameter
 from zoo.spec import ResetSpec
 
-__all__ = ["FRESH", "KEEP", "SHRINK", "check_parts", "part_labels", "reset_network"]
+__all__ = [
+    "FRESH",
+    "KEEP",
+    "SHRINK",
+    "check_parts",
+    "part_labels",
+    "reset_network",
+    "resets_done",
+    "updates_since_reset",
+]
 
 #: What a reset makes of a parameter.
 SHRINK, KEEP, FRESH = "shrink", "keep", "fresh"
@@ -78,3 +88,24 @@ def reset_network(resets: ResetSpec, network: Any, fresh: Any) -> Any:
         return (old * theta + new * theta_fresh).astype(theta.dtype)
 
     return eqx.combine(jax.tree.map(one, labels, params, fresh_params), static)
+
+
+def updates_since_reset(resets: ResetSpec, updates: Any) -> jax.Array:
+    """Learner updates done since the last reset at ``updates`` done (all of them before the
+    first reset); resets as :meth:`zoo.spec.ResetSpec.due` places them."""
+    updates = jnp.asarray(updates, jnp.int32)
+    first = resets.first if resets.first is not None else resets.every
+    done = jnp.maximum(updates - first, 0) // resets.every
+    if resets.count is not None:
+        done = jnp.minimum(done, resets.count - 1)
+    last = first + done * resets.every
+    return jnp.where(updates >= first, updates - last, updates)
+
+
+def resets_done(resets: ResetSpec, updates: Any) -> jax.Array:
+    """How many resets have happened after ``updates`` learner updates (the ``resets``
+    metric)."""
+    updates = jnp.asarray(updates, jnp.int32)
+    first = resets.first if resets.first is not None else resets.every
+    done = jnp.where(updates >= first, (updates - first) // resets.every + 1, 0)
+    return done if resets.count is None else jnp.minimum(done, resets.count)
