@@ -194,8 +194,9 @@ def test_the_update_resets_when_due_toward_fresh_draws():
 @pytest.mark.run
 def test_a_run_resets_and_anneals_on_its_cycle_and_resumes(tmp_path):
     """A real CartPole run (compiled driver) with resets every 100 updates and n, γ annealed
-    over each cycle: the metrics show the resets done and n, γ starting over after each; the
-    run resumes from its checkpoint and goes on counting."""
+    over each cycle, acting with its target network: the metrics show the resets done and n, γ
+    starting over after each; the run resumes from its checkpoint and goes on counting, and its
+    policy loads."""
     from tiny import tiny_overrides
 
     from zoo.runs.metrics import read_jsonl
@@ -206,6 +207,7 @@ def test_a_run_resets_and_anneals_on_its_cycle_and_resumes(tmp_path):
         "loss.reward_clip": None,
         "resets": {"every": 100, "keep": ["streams.mlp.layers.0"]},
         "schedule.cycle": "resets",
+        "schedule.act_with": "target",  # as BBF: evaluations and the saved policy too
         "schedule.n_step": {"kind": "geometric", "start": 3, "end": 1, "steps": 100},
         "schedule.discount": {
             "kind": "geometric",
@@ -226,6 +228,8 @@ def test_a_run_resets_and_anneals_on_its_cycle_and_resumes(tmp_path):
         **options,
     )
     zoo.train(resume=run, total_env_steps=1200, progress=False)
+    actions = zoo.load_policy(run)(np.zeros((3, 4), np.float32))
+    assert np.asarray(actions).shape == (3,)
     logged = [m for m in read_jsonl(run / "metrics.jsonl") if m.get("updates")]
     # one update per 2 transitions from 200 on: 50 updates a log, a reset after every second
     assert [m["updates"] for m in logged] == list(range(50, 501, 50))

@@ -204,14 +204,17 @@ class LearnStep:
         return self.with_learner(carry, learner_state)
 
     def with_learner(self, carry: LearnCarry, learner_state: LearnerState) -> LearnCarry:
-        """``carry`` with a new learner state, the actors acting with its online network.
+        """``carry`` with a new learner state, the actors acting with its acting network
+        (:meth:`zoo.learner.Learner.acting`: the online one unless the spec acts with the
+        target).
 
         The actors get a copy (this process's, of a state replicated over processes): a
         compiled driver donates the carry, and a buffer cannot be donated twice.
         """
         local = self.learner.unreplicate(learner_state)
         actor = jax.tree.map(
-            lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x, local.online
+            lambda x: jnp.array(x, copy=True) if eqx.is_array(x) else x,
+            self.learner.acting(local),
         )
         report = learner_report(local.updates, carry.last_loss)
         return carry._replace(learner=learner_state, actor=actor, actor_report=report)
@@ -281,7 +284,8 @@ class LearnStep:
         update = self.update if update is None else update
         # the actors act on this process's copy (a learner over processes holds global arrays)
         local = self.learner.unreplicate(carry.learner)
-        actor, actor_report = local.online, report(local.updates, carry.last_loss)
+        actor = self.learner.acting(local)
+        actor_report = report(local.updates, carry.last_loss)
         replay_state, key, batch, info = sample(
             replay_state, carry.deferred, carry.key, local.updates
         )

@@ -107,12 +107,18 @@ class Learner:
         self.resets = spec.resets
         self.network_fn = network_fn
         self.horizon = Horizon(spec)
+        self.act_with_target = spec.schedule.act_with == "target"
         self.loss = build_loss(spec, axis_name=axis_name)
         self.augment = build_augmentation(spec.augmentation)
         self.optimizer = build_optimizer(spec.optimizer)
         self.target_update_period = int(spec.schedule.target_update_period)
         self.target_update_rate = float(spec.schedule.target_update_rate)
         self.target_is_online = self.target_update_period == 1 and self.target_update_rate == 1.0
+
+    def acting(self, state: LearnerState) -> Any:
+        """The network that acts and is evaluated: ``state``'s online network, or its target
+        (``schedule.act_with: target``, BBF's ``target_action_selection``)."""
+        return state.target if self.act_with_target else state.online
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -273,6 +279,7 @@ class DataParallelLearner:
         self.learner = Learner(spec, axis_name=self.axis_name, network_fn=network_fn)
         self.loss = self.learner.loss
         self.metric_names = self.learner.metric_names
+        self.acting = self.learner.acting
         self.mesh = Mesh(np.asarray(self.devices), (self.axis_name,))
         self._compiled: dict[Any, Any] = {}
 

@@ -307,11 +307,13 @@ class AsyncDriver:
     # -------------------------------------------------------------------------- learner
 
     def _publish(self, shared: _Shared, learned: tuple[Any, Any]) -> None:
-        """Publish an update's online network for the actor, once it is computed."""
+        """Publish an update's acting network (its online one, or its target where the spec
+        acts with it) for the actor, once it is computed."""
         learner_state, loss = learned
         learner_state = self.loop.learner.unreplicate(learner_state)  # this process's copy
-        jax.block_until_ready(learner_state.online)
-        shared.params = learner_state.online
+        acting = self.loop.learner.acting(learner_state)
+        jax.block_until_ready(acting)
+        shared.params = acting
         shared.report = np.asarray(_jit_report(learner_state.updates, loss))
         shared.params_updates = int(shared.report[0])
 

@@ -234,13 +234,15 @@ def _load_policy(
     network = build_network(
         spec, observation_shape=shape, num_actions=num_actions, key=jax.random.PRNGKey(0)
     )
-    learner_state = Learner(spec).init(network, jax.random.PRNGKey(0))
+    learner = Learner(spec)
+    learner_state = learner.init(network, jax.random.PRNGKey(0))
     checkpointer = Checkpointer(RunDir(run_path).checkpoints)
     try:
         restored, meta = restore_learner(checkpointer, learner_state, step, run_path)
     finally:
         checkpointer.close()
-    return make_policy_fn(spec, num_actions)(restored.online, jax.random.PRNGKey(0)), dict(meta)
+    policy = make_policy_fn(spec, num_actions)(learner.acting(restored), jax.random.PRNGKey(0))
+    return policy, dict(meta)
 
 
 def evaluate_run(

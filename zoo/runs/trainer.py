@@ -191,8 +191,9 @@ class Trainer:
                 nxt["eval"] += cfg.eval_every
             target = cfg.stop_at_return
             if self.group.main:
-                online = self.loop.learner.unreplicate(carry.learner).online
-                result = self.evaluate(online, env_steps)
+                learner = self.loop.learner
+                acting = learner.acting(learner.unreplicate(carry.learner))
+                result = self.evaluate(acting, env_steps)
                 stop = target is not None and result["mean_return"] >= target
             if target is not None:
                 stop = bool(self.group.broadcast(float(stop)))

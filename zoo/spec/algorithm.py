@@ -85,6 +85,11 @@ class ScheduleSpec(Model):
         description="the learner-update count the n_step and discount schedules read: run = "
         "since the start | resets = since the last reset (BBF's cycle_grad_steps)",
     )
+    act_with: Literal["online", "target"] = Field(
+        "online",
+        description="the network the actors and evaluations act with: online | target (BBF "
+        "and SR-SPR act with their EMA target network, target_action_selection)",
+    )
     eval_epsilon: float | None = Field(
         None,
         ge=0,
