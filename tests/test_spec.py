@@ -390,6 +390,8 @@ def test_axis_paths_are_read_off_the_axis_declarations():
         ("augmentation",): "augmentation",
         ("optimizer",): "optimizer",
         ("schedule", "epsilon"): "schedule",
+        ("schedule", "n_step"): "schedule",
+        ("schedule", "discount"): "schedule",
     }
 
 
