@@ -233,6 +233,59 @@ def test_n_step_windows_match_direct_computation(n, gamma):
     np.testing.assert_array_equal(batch.mask, 1.0)
 
 
+@pytest.mark.parametrize(("n", "future", "stack"), [(1, 5, 1), (10, 5, 1), (3, 4, 3)])
+def test_transitions_carry_the_steps_after_them(n, future, stack):
+    """With ``future = K`` (SPR's latent rollout, K = 5 in SPR and BBF): every sampled item
+    carries o_{t+1} … o_{t+K} (stacked as the actor saw them), a_t … a_{t+K−1}, and a mask that
+    is 1 while no step from t on has ended the episode — against the streams by hand; items need
+    max(n, K) written slots after them."""
+    num_envs, steps = 2, 80
+    streams = random_streams(np.random.default_rng(7), num_envs, steps)
+    replay = build_replay(
+        ff_spec(2 * 64, n=n, gamma=0.9),
+        num_envs=num_envs,
+        observation_shape=(stack, 2) if stack > 1 else (2,),
+        observation_dtype=jnp.float32,
+        stack=stack,
+        future=future,
+    )
+    assert replay.after == max(n, future)
+    state = fill(replay, streams, steps, stack)
+    expected = {
+        (e, t)
+        for e, s in enumerate(streams)
+        for t in ref_eligible(s, steps, replay.capacity_per_env, stack, max(n, future))
+    }
+    assert int(replay.size(state)) == len(expected)
+    batch, info = jitted(replay).sample(state, jax.random.key(3), 3000)
+    batch, info = jax.tree.map(np.asarray, (batch, info))
+    ahead = batch.future
+    assert ahead.observation.shape[:2] == (3000, future) and ahead.action.shape == (3000, future)
+    masked = 0
+    for i in range(3000):
+        e, t = global_time(info.indices[i], replay.items_per_env, 1, 64, steps)
+        s = streams[e]
+        ends = [u for u in range(t, t + future) if s.terminated[u] or s.truncated[u]]
+        for k in range(1, future + 1):
+            inside = not ends or ends[0] >= t + k  # no step t … t+k−1 ended the episode
+            assert ahead.mask[i, k - 1] == float(inside), (e, t, k)
+            assert ahead.action[i, k - 1] == s.action[t + k - 1]
+            if inside:
+                want = ref_stack(s, t + k, stack) if stack > 1 else s.obs[t + k]
+                np.testing.assert_array_equal(ahead.observation[i, k - 1], want)
+            masked += not inside
+    assert masked > 0  # episode ends fell inside some items' futures
+    # a replay without futures carries none
+    plain = build_replay(
+        ff_spec(2 * 64, n=n, gamma=0.9),
+        num_envs=num_envs,
+        observation_shape=(2,),
+        observation_dtype=jnp.float32,
+    )
+    batch, _ = jitted(plain).sample(fill(plain, streams, steps), jax.random.key(3), 8)
+    assert batch.future is None
+
+
 def test_window_ending_early_at_terminal_and_truncation():
     """Hand-built: a terminal and a truncation inside 3-step windows, γ = 0.5."""
     s = Stream()

@@ -33,6 +33,7 @@ _EXPORTS = {
     "preset_names": "zoo.spec",
     "describe": "zoo.spec",
     "Transition": "zoo.types",
+    "FutureSteps": "zoo.types",
     "SequenceBatch": "zoo.types",
     "NetworkOutput": "zoo.types",
     "LossAux": "zoo.types",
@@ -59,6 +60,7 @@ __all__ = [  # noqa: RUF022 - grouped as in _EXPORTS
     "preset_names",
     "describe",
     "Transition",
+    "FutureSteps",
     "SequenceBatch",
     "NetworkOutput",
     "LossAux",
@@ -101,7 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover
         load_preset,
         preset_names,
     )
-    from zoo.types import LossAux, NetworkOutput, SequenceBatch, Transition
+    from zoo.types import FutureSteps, LossAux, NetworkOutput, SequenceBatch, Transition
 
 
 def __getattr__(name: str) -> Any:

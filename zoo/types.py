@@ -43,6 +43,23 @@ class NetworkOutput(NamedTuple):
     fraction_quantiles: Array | None = None
 
 
+class FutureSteps(NamedTuple):
+    """The ``K`` steps after a sampled transition, for a loss that predicts them (SPR's latent
+    rollout, Schwarzer et al. 2021).
+
+    Attributes:
+      observation: ``[B, K, ...]`` the observations ``o_{t+1} … o_{t+K}`` (stacked as the actor
+        saw them).
+      action: ``[B, K]`` int32 the actions ``a_t … a_{t+K−1}`` that led to them.
+      mask: ``[B, K]`` float32, 1 where ``o_{t+k}`` is in the episode of ``o_t`` (no step
+        ``t … t+k−1`` ended it), 0 after its end.
+    """
+
+    observation: Array
+    action: Array
+    mask: Array
+
+
 class Transition(NamedTuple):
     """A batch of (possibly n-step) transitions, batch-major.
 
@@ -57,6 +74,8 @@ class Transition(NamedTuple):
       probability: ``[B]`` the replay's sampling probability of each item.
       mask: ``[B]`` optional, 1 for real transitions and 0 for items to ignore (for example the
         step after an auto-reset); ``None`` means all ones.
+      future: the ``K`` steps after each item (:class:`FutureSteps`) where the replay was built
+        to keep them; ``None`` otherwise.
     """
 
     observation: Array
@@ -66,6 +85,7 @@ class Transition(NamedTuple):
     next_observation: Array
     probability: Array
     mask: Array | None = None
+    future: FutureSteps | None = None
 
 
 class SequenceBatch(NamedTuple):

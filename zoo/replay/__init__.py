@@ -79,6 +79,7 @@ def build_replay(
     stack: int = 1,
     core_state: PyTree | None = None,
     repeat_first_frame: bool = False,
+    future: int = 0,
 ) -> TransitionReplay | SequenceReplay:
     """Build the replay a spec describes; allocates nothing (call ``init()``).
 
@@ -95,6 +96,8 @@ def build_replay(
         env's core state (e.g. ``net.initial_state()``); ignored otherwise.
       repeat_first_frame: rebuilt stacks repeat their episode's first frame where the actor's
         did (the protocol's ``game_start_stack: repeat``); zeros otherwise.
+      future: transitions carry the ``future`` steps after them (:class:`zoo.types.FutureSteps`,
+        for a loss that predicts them); 0: none.
 
     Returns:
       A :class:`TransitionReplay` (feed-forward) or :class:`SequenceReplay` (``replay.sequence``
@@ -130,17 +133,19 @@ def build_replay(
     seq = replay.sequence
     if seq is None:
         n = spec.loss.n_step
-        need = n + stack
+        need = max(n, future) + stack
         if per_env < need:
+            window = f"an {n}-step window" + (f" and {future} future steps" if future else "")
             raise ValueError(
                 f"replay.capacity={replay.capacity} gives {per_env} slots per env for "
-                f"num_envs={num_envs}; an {n}-step window with a stack of {stack} needs "
-                f"{need} (n_step + stack): raise replay.capacity to at least {need * num_envs}"
+                f"num_envs={num_envs}; {window} with a stack of {stack} needs "
+                f"{need}: raise replay.capacity to at least {need * num_envs}"
             )
         return TransitionReplay(
             capacity_per_env=per_env,
             n_step=n,
             discount=spec.loss.discount,
+            future=future,
             core_state=None,
             **common,
         )

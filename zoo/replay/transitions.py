@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from zoo.replay.base import Replay
 from zoo.replay.types import ReplayState
-from zoo.types import Transition
+from zoo.types import FutureSteps, Transition
 
 Array = jax.Array
 
@@ -74,15 +74,24 @@ class TransitionReplay(Replay):
     ``sample`` returns ``Transition(observation [B, *obs], action [B], reward [B], discount [B],
     next_observation [B, *obs], probability [B], mask [B] of ones)``.
 
+    With ``future = K`` each item also carries the ``K`` steps after it
+    (:class:`zoo.types.FutureSteps`: ``o_{t+1} … o_{t+K}``, ``a_t … a_{t+K−1}`` and whether each
+    ``o_{t+k}`` is still in the episode of ``o_t``), for a loss that predicts them (SPR); an
+    item then needs ``max(n, K)`` slots after it.
+
     Attributes (besides :class:`~zoo.replay.base.Replay`'s):
       n_step: ``n``.
       discount: ``γ``.
+      future: ``K`` (0: none).
     """
 
-    def __init__(self, *, n_step: int, discount: float, **kwargs: Any):
-        super().__init__(period=1, after=n_step, **kwargs)
+    def __init__(self, *, n_step: int, discount: float, future: int = 0, **kwargs: Any):
+        if future < 0:
+            raise ValueError(f"future must be at least 0, got {future}")
+        super().__init__(period=1, after=max(n_step, future), **kwargs)
         self.n_step = n_step
         self.discount = float(discount)
+        self.future = int(future)
 
     def _batch(
         self, state: ReplayState, env: Array, item: Array, probability: Array, horizon: Any = None
@@ -109,4 +118,20 @@ class TransitionReplay(Replay):
             next_observation=self.stacked(state, env, next_slot),
             probability=probability,
             mask=jnp.ones_like(probability),
+            future=self._future(state, env, slot) if self.future else None,
+        )
+
+    def _future(self, state: ReplayState, env: Array, slot: Array) -> FutureSteps:
+        """The ``K`` steps after each item starting at ``slot``: observations at ``t+1 … t+K``,
+        actions at ``t … t+K−1``, and 1 while no step from ``t`` on has ended the episode."""
+        cap, steps = self.capacity_per_env, self.future
+        offsets = jnp.arange(steps, dtype=slot.dtype)
+        taken = jnp.remainder(slot[:, None] + offsets, cap)  # t … t+K−1
+        rows = jnp.broadcast_to(env[:, None], taken.shape)
+        ended = state.terminated[rows, taken] | state.truncated[rows, taken]
+        inside = jnp.cumsum(ended.astype(jnp.int32), axis=-1) == 0
+        return FutureSteps(
+            observation=self.stacked(state, rows, jnp.remainder(taken + 1, cap)),
+            action=state.action[rows, taken],
+            mask=inside.astype(jnp.float32),
         )
