@@ -152,7 +152,8 @@ def build_augmentation(config: Any) -> Augment | None:
 
 def augment_batch(augment: Augment, key: PRNGKeyArray, batch: Any) -> Transition:
     """``batch`` with ``observation`` and ``next_observation`` augmented with independent keys
-    (as DrQ and Dopamine's DrQ(ε) augment both, independently).
+    (as DrQ and Dopamine's DrQ(ε) augment both, independently), and the future observations an
+    auxiliary loss reads (:class:`zoo.types.FutureSteps`) with a third.
 
     Raises:
       TypeError: ``batch`` is not a :class:`~zoo.types.Transition` (the spec refuses
@@ -163,8 +164,20 @@ def augment_batch(augment: Augment, key: PRNGKeyArray, batch: Any) -> Transition
             f"augmentation applies to Transition batches, got a {type(batch).__name__}; set "
             "`augmentation: null` for rollouts (PQN) and recurrent sequences"
         )
-    observation_key, next_key = jax.random.split(key)
-    return batch._replace(
+    if batch.future is None:
+        observation_key, next_key = jax.random.split(key)
+        return batch._replace(
+            observation=augment(observation_key, batch.observation),
+            next_observation=augment(next_key, batch.next_observation),
+        )
+    observation_key, next_key, future_key = jax.random.split(key, 3)
+    batch = batch._replace(
         observation=augment(observation_key, batch.observation),
         next_observation=augment(next_key, batch.next_observation),
     )
+    # the K future observations an auxiliary loss reads (SPR's targets), each image on its own
+    # draw, as BBF augments all K + 1 stacks of an item
+    future = batch.future.observation
+    flat = future.reshape((-1, *future.shape[2:]))
+    augmented = augment(future_key, flat).reshape(future.shape)
+    return batch._replace(future=batch.future._replace(observation=augmented))

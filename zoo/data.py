@@ -24,6 +24,7 @@ from typing import Any
 
 from zoo.learn import LearnStep, UpdateCredit, replay_learning_parts
 from zoo.learner import DataParallelLearner, Learner
+from zoo.networks.auxiliary import build_auxiliary
 from zoo.replay import Replay, build_replay
 from zoo.rollout import RolloutStore, build_rollout
 from zoo.spec import AlgorithmSpec
@@ -57,6 +58,7 @@ def build_data(
             observation_shape=observation_shape,
             observation_dtype=observation_dtype,
         )
+    auxiliary = build_auxiliary(spec)
     return build_replay(
         spec,
         num_envs=num_envs,
@@ -65,6 +67,8 @@ def build_data(
         stack=stack,
         core_state=core_state,
         repeat_first_frame=repeat_first_frame,
+        # the steps after each transition that the spec's auxiliary loss predicts (SPR's K)
+        future=auxiliary.future if auxiliary is not None else 0,
     )
 
 

@@ -60,6 +60,7 @@ AXES: dict[str, str] = {
     "replay": "replay kind: uniform, prioritized",
     "schedule": "scalar schedule of a step count: constant, linear, exponential",
     "augmentation": "observation augmentation of sampled transition batches: random_shift",
+    "auxiliary": "auxiliary loss added to every item's TD loss, with its parameters: spr",
 }
 
 # Modules whose import registers the built-in factories of each axis.

@@ -43,6 +43,7 @@ from zoo import registry
 from zoo.horizon import Horizon
 from zoo.losses.components import Bonus, munchausen_bonus, no_bonus
 from zoo.losses.returns import q_lambda_targets
+from zoo.networks.auxiliary import build_auxiliary
 from zoo.networks.heads import Role
 from zoo.networks.network import apply_batch, example_keys
 from zoo.schedules import build_schedule
@@ -132,6 +133,10 @@ class Loss:
     def __init__(self, spec: AlgorithmSpec, axis_name: str | None = None):
         loss = spec.loss
         self.spec = spec
+        #: the spec's auxiliary loss (zoo.networks.auxiliary), added to each item's TD loss
+        self._auxiliary = build_auxiliary(spec)
+        if self._auxiliary is not None:
+            self.metric_names = (*type(self).metric_names, "auxiliary")
         self.recurrent = spec.recurrent
         self.prioritized = bool(registry.get("replay", spec.replay.kind)(spec.replay).prioritized)
         self._axis_name = axis_name
@@ -205,6 +210,12 @@ class Loss:
                     f"got {type(batch).__name__}"
                 )
             parts = self._transition_items(online, target, batch, key, shared=shared, step=step)
+            if self._auxiliary is not None:
+                weight = float(self.spec.auxiliary.weight)
+                extra = weight * self._auxiliary.item_losses(online, target, batch) * parts[2][:, 0]
+                return self._reduce(
+                    *parts, probability=batch.probability, step=step, auxiliary=extra
+                )
         return self._reduce(*parts, probability=batch.probability, step=step)
 
     # ---------------------------------------------------------------- single transitions
@@ -420,6 +431,7 @@ class Loss:
         *,
         probability: Array,
         step: Array | int,
+        auxiliary: Array | None = None,
     ) -> tuple[Array, LossAux]:
         beta = self._beta(step)
         weights = (1.0 / (probability + self._importance_eps)).astype(item_loss.dtype) ** beta
@@ -430,6 +442,11 @@ class Loss:
         td_loss = jnp.mean(weights * item_loss)
         regularizer = self._regularizer(q_sa, mask)
         total = td_loss + regularizer
+        extra: tuple[Array, ...] = ()
+        if auxiliary is not None:
+            # weighted like the TD loss it is added to (BBF: (dqn + w·spr)·weights, then mean)
+            extra = (jnp.mean(weights * auxiliary),)
+            total = total + extra[0]
         priorities = jax.vmap(self._priority)(abs_td, item_loss, mask) if self.prioritized else None
         values = (
             total,
@@ -438,6 +455,7 @@ class Loss:
             jnp.sum(mask * abs_td) / jnp.maximum(jnp.sum(mask), 1.0),
             jnp.sum(mask * q_sa) / jnp.maximum(jnp.sum(mask), 1.0),
             beta,
+            *extra,
         )
         metrics = dict(zip(self.metric_names, values, strict=True))
         return total, LossAux(priorities=priorities, metrics=metrics)

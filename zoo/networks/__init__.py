@@ -7,10 +7,12 @@ algorithm's ``network:`` block. Importing this package registers the built-in co
   (:mod:`zoo.networks.torsos`)
 - core: ``lstm`` (:mod:`zoo.networks.cores`)
 - head: ``q``, ``categorical``, ``quantile`` (:mod:`zoo.networks.heads`)
+- auxiliary: ``spr`` (:mod:`zoo.networks.auxiliary`)
 
 Each module's docstring gives the factory signature a user component must follow.
 """
 
+from zoo.networks.auxiliary import AuxiliaryLoss, SprLoss, build_auxiliary
 from zoo.networks.cores import LSTM, AbstractCore, lstm_core
 from zoo.networks.heads import (
     AbstractHead,
@@ -57,6 +59,7 @@ __all__ = [
     "MLP",
     "AbstractCore",
     "AbstractHead",
+    "AuxiliaryLoss",
     "CategoricalHead",
     "ChannelLayerNorm",
     "DuelingStreams",
@@ -71,9 +74,11 @@ __all__ = [
     "RecurrentNetwork",
     "SingleStream",
     "SpectralNorm",
+    "SprLoss",
     "adaptive_max_pool",
     "adaptive_pool_bins",
     "auto_torso",
+    "build_auxiliary",
     "build_network",
     "categorical_head",
     "impala_cnn_torso",

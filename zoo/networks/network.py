@@ -199,6 +199,8 @@ class FeedForwardNetwork(eqx.Module):
     torso: eqx.Module
     streams: SingleStream | DuelingStreams
     head: AbstractHead
+    #: the parameters an auxiliary loss adds (``zoo.networks.auxiliary``), unused by the Q-values
+    auxiliary: eqx.Module | None = None
 
     @property
     def samples(self) -> bool:
@@ -469,6 +471,14 @@ def build_network(
         if core is None
         else RecurrentNetwork(torso, core, streams, head)
     )
+    auxiliary = getattr(spec, "auxiliary", None)
+    if auxiliary is not None:
+        # its parameters live in the network (trained, averaged into the target, reset, saved
+        # as any others), drawn with a key of their own
+        extra = registry.get("auxiliary", auxiliary.kind)(auxiliary, spec).module(
+            network, observation_shape, int(num_actions), key=jax.random.fold_in(key, 4)
+        )
+        built = network = FeedForwardNetwork(torso, streams, head, auxiliary=extra)
     init = getattr(config, "init", "default")
     if init != "default":
         # a key of its own: the default initialisation draws exactly what it drew before

@@ -100,16 +100,22 @@ class NatureCNN(eqx.Module):
     convs: tuple[eqx.nn.Conv2d, eqx.nn.Conv2d, eqx.nn.Conv2d]
     norms: tuple[ChannelLayerNorm, ...] = ()
 
-    def __call__(
+    def feature_map(
         self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
-    ) -> Float[Array, " features"]:
+    ) -> Float[Array, "c h w"]:
+        """The last convolution's ReLU'd map ``[C, H, W]``, before it is flattened."""
         del key
         for i, conv in enumerate(self.convs):
             x = conv(x)
             if self.norms:
                 x = self.norms[i](x)
             x = jax.nn.relu(x)
-        return jnp.ravel(x)
+        return x
+
+    def __call__(
+        self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " features"]:
+        return jnp.ravel(self.feature_map(x, key=key))
 
 
 @typing.final
@@ -190,16 +196,22 @@ class ImpalaCNN(eqx.Module):
     stacks: tuple[ImpalaStack, ...]
     pool: tuple[int, int] | None = eqx.field(static=True, default=None)
 
-    def __call__(
+    def feature_map(
         self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
-    ) -> Float[Array, " features"]:
+    ) -> Float[Array, "c h w"]:
+        """The final ReLU'd (and pooled) map ``[C, H, W]``, before it is flattened."""
         del key
         for stack in self.stacks:
             x = stack(x)
         x = jax.nn.relu(x)
         if self.pool is not None:
             x = adaptive_max_pool(x, self.pool)
-        return jnp.ravel(x)
+        return x
+
+    def __call__(
+        self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " features"]:
+        return jnp.ravel(self.feature_map(x, key=key))
 
 
 def min_max(features: Array, eps: float = 1e-5) -> Array:
@@ -216,6 +228,10 @@ class MinMaxNormalized(eqx.Module):
     ``network.torso_norm: min_max``."""
 
     inner: eqx.Module
+
+    def feature_map(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        """The inner torso's map, min–max normalised (the same values as the features)."""
+        return min_max(self.inner.feature_map(x, key=key))
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         return min_max(self.inner(x, key=key))
@@ -236,14 +252,20 @@ class MinAtarCNN(eqx.Module):
     conv: eqx.nn.Conv2d
     norms: tuple[ChannelLayerNorm, ...] = ()
 
-    def __call__(
+    def feature_map(
         self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
-    ) -> Float[Array, " features"]:
+    ) -> Float[Array, "c h w"]:
+        """The ReLU'd map ``[16, H, W]``, before it is flattened."""
         del key
         x = self.conv(x)
         for norm in self.norms:  # none, or one layer normalisation (purejaxql's PQN)
             x = norm(x)
-        return jnp.ravel(jax.nn.relu(x))
+        return jax.nn.relu(x)
+
+    def __call__(
+        self, x: Float[Array, "channels height width"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " features"]:
+        return jnp.ravel(self.feature_map(x, key=key))
 
 
 #: The layers :func:`initialise` sets.

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from zoo.spec.algorithm import AlgorithmSpec, ScheduleSpec, spec_problems, unused_settings
 from zoo.spec.augmentation import Augmentation, RandomShift
+from zoo.spec.auxiliary import Auxiliary, Spr
 from zoo.spec.base import Component, Model, axis_paths
 from zoo.spec.describe import describe
 from zoo.spec.errors import Problem, SpecError
@@ -123,6 +124,7 @@ __all__ = [
     "AlgorithmSpec",
     "Augmentation",
     "AutoTorso",
+    "Auxiliary",
     "Budget",
     "CategoricalHead",
     "Component",
@@ -170,6 +172,7 @@ __all__ = [
     "SignedHyperbolicTransform",
     "SoftBootstrap",
     "SpecError",
+    "Spr",
     "SquaredTd",
     "algorithm_for",
     "algorithm_names",

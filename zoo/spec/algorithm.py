@@ -17,6 +17,7 @@ from typing import Literal, Union
 from pydantic import Field, model_validator
 
 from zoo.spec.augmentation import RandomShift
+from zoo.spec.auxiliary import Spr
 from zoo.spec.base import Model, at, axis, walk
 from zoo.spec.loss import LossSpec
 from zoo.spec.network import NetworkSpec
@@ -30,6 +31,7 @@ __all__ = ["AlgorithmSpec", "ScheduleSpec", "spec_problems", "unused_settings"]
 
 _Optimizer = axis("optimizer", Optimizers, None)
 _Augmentation = axis("augmentation", Union[RandomShift], None)
+_Auxiliary = axis("auxiliary", Union[Spr], None)
 
 
 class ScheduleSpec(Model):
@@ -157,6 +159,12 @@ class AlgorithmSpec(Model):
         "augment the observations of every sampled transition batch in the learner (DrQ, "
         "Kostrikov et al. 2020) | a kind registered with "
         "zoo.registry.register('augmentation', NAME, config=...)",
+    )
+    auxiliary: _Auxiliary | None = Field(
+        None,
+        description="null (the TD loss alone) | {kind: spr, steps, weight}: SPR's K-step latent "
+        "prediction added to every item's loss (Schwarzer et al. 2021; SPR, SR-SPR, BBF) | a "
+        "kind registered with zoo.registry.register('auxiliary', NAME, config=...)",
     )
     optimizer: _Optimizer = Field(
         default_factory=lambda: Adam(), description="{kind: adam | adamw | rmsprop | radam, ...}"
