@@ -215,3 +215,28 @@ def test_spr_is_refused_where_it_cannot_predict():
     spec = zoo.load_algorithm("c51", overrides={**SPEC, "network.torso": {"kind": "mlp"}})
     with pytest.raises(ValueError, match=r"the torso MLPTorso has none \(feature_map\)"):
         zoo.build_network(spec, observation_shape=(4,), num_actions=2, key=jax.random.key(0))
+
+
+@pytest.mark.long
+def test_a_minatar_run_learns_with_spr_and_resumes(tmp_path):
+    """A real MinAtar run (host driver) with SPR: the replay hands the loss the future steps,
+    the metrics carry the auxiliary loss, the SPR parameters are checkpointed and resume."""
+    from zoo.runs.metrics import read_jsonl
+
+    overrides = {
+        "auxiliary": {"kind": "spr", "steps": 3},
+        "network.hidden": [32],
+        "network.torso_norm": "min_max",
+        "replay.capacity": 2000,
+        "replay.min_size": 200,
+        "replay.batch_size": 8,
+        "schedule.update_period": 4,
+    }
+    run = tmp_path / "spr"
+    options = dict(progress=False, eval_every=400, eval_episodes=2, checkpoint_every=400)
+    zoo.train("dqn_minatar", total_env_steps=400, overrides=overrides, run_dir=run, **options)
+    resumed = zoo.train(resume=run, total_env_steps=600, progress=False)
+    assert resumed.env_steps == 600 and resumed.updates == 100
+    logged = [m for m in read_jsonl(run / "metrics.jsonl") if m.get("updates")]
+    assert logged and all(np.isfinite(m["auxiliary"]) and m["auxiliary"] > 0 for m in logged)
+    assert all(m["loss"] >= m["auxiliary"] for m in logged)
