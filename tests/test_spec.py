@@ -388,6 +388,7 @@ def test_axis_paths_are_read_off_the_axis_declarations():
         ("loss", "importance_exponent"): "schedule",
         ("loss", "priority"): "priority",
         ("augmentation",): "augmentation",
+        ("auxiliary",): "auxiliary",
         ("optimizer",): "optimizer",
         ("schedule", "epsilon"): "schedule",
         ("schedule", "n_step"): "schedule",

@@ -136,10 +136,11 @@ def build_replay(
         need = max(n, future) + stack
         if per_env < need:
             window = f"an {n}-step window" + (f" and {future} future steps" if future else "")
+            rule = "max(n_step, future steps) + stack" if future else "n_step + stack"
             raise ValueError(
                 f"replay.capacity={replay.capacity} gives {per_env} slots per env for "
                 f"num_envs={num_envs}; {window} with a stack of {stack} needs "
-                f"{need}: raise replay.capacity to at least {need * num_envs}"
+                f"{need} ({rule}): raise replay.capacity to at least {need * num_envs}"
             )
         return TransitionReplay(
             capacity_per_env=per_env,
