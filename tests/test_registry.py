@@ -35,9 +35,10 @@ BUILTINS = {
     "regularizer": {"none", "q_value"},
     "priority": {"abs_td", "abs_loss", "max_mean"},
     "td": {"squared", "huber", "cross_entropy"},
-    "optimizer": {"adam", "rmsprop"},
-    "schedule": {"constant", "linear", "exponential"},
+    "optimizer": {"adam", "adamw", "rmsprop", "radam"},
+    "schedule": {"constant", "linear", "exponential", "geometric"},
     "augmentation": {"random_shift"},
+    "auxiliary": {"spr"},
 }
 
 MINE = "mine: {extends: dqn, loss: {td: {kind: log_cosh, scale: 2.0}}}\n"

@@ -56,9 +56,9 @@ AXES: dict[str, str] = {
     "regularizer": "extra loss term: none, q_value",
     "priority": "replay priority rule: abs_td, abs_loss, max_mean",
     "td": "per-element TD loss: squared, huber, cross_entropy",
-    "optimizer": "optax optimizer: adam, rmsprop",
+    "optimizer": "optax optimizer: adam, adamw, rmsprop, radam",
     "replay": "replay kind: uniform, prioritized",
-    "schedule": "scalar schedule of a step count: constant, linear, exponential",
+    "schedule": "scalar schedule of a step count: constant, linear, exponential, geometric",
     "augmentation": "observation augmentation of sampled transition batches: random_shift",
     "auxiliary": "auxiliary loss added to every item's TD loss, with its parameters: spr",
 }
