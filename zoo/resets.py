@@ -94,7 +94,7 @@ def updates_since_reset(resets: ResetSpec, updates: Any) -> jax.Array:
     """Learner updates done since the last reset at ``updates`` done (all of them before the
     first reset); resets as :meth:`zoo.spec.ResetSpec.due` places them."""
     updates = jnp.asarray(updates, jnp.int32)
-    first = resets.first if resets.first is not None else resets.every
+    first = resets.first_update
     done = jnp.maximum(updates - first, 0) // resets.every
     if resets.count is not None:
         done = jnp.minimum(done, resets.count - 1)
@@ -106,6 +106,6 @@ def resets_done(resets: ResetSpec, updates: Any) -> jax.Array:
     """How many resets have happened after ``updates`` learner updates (the ``resets``
     metric)."""
     updates = jnp.asarray(updates, jnp.int32)
-    first = resets.first if resets.first is not None else resets.every
+    first = resets.first_update
     done = jnp.where(updates >= first, (updates - first) // resets.every + 1, 0)
     return done if resets.count is None else jnp.minimum(done, resets.count)

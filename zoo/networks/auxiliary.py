@@ -27,6 +27,7 @@ Noisy layers run with their mean weights on these paths, as BBF's ``eval_mode=Tr
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import equinox as eqx
@@ -76,12 +77,13 @@ class SprModule(eqx.Module):
     predictor: eqx.nn.Linear
 
 
-class AuxiliaryLoss:
+class AuxiliaryLoss(abc.ABC):
     """What an auxiliary loss gives the rest of the zoo (see the module doc)."""
 
     #: steps after each transition the replay must keep (0: none)
     future: int = 0
 
+    @abc.abstractmethod
     def module(
         self,
         network: Any,
@@ -91,11 +93,10 @@ class AuxiliaryLoss:
         key: PRNGKeyArray,
     ) -> eqx.Module | None:
         """The parameters added to ``network`` (``None``: none)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def item_losses(self, online: Any, target: Any, batch: Any) -> Array:
         """The loss of each item ``[B]`` (the composer weighs and adds it)."""
-        raise NotImplementedError
 
 
 def latent_map(network: Any, observation: Array) -> Array:

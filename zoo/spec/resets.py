@@ -70,10 +70,15 @@ class ResetSpec(Model):
         "BBF's jit_reset does in effect) | keep: it is left as it is",
     )
 
+    @property
+    def first_update(self) -> int:
+        """The learner update after which the first reset happens (``first``, else ``every``)."""
+        return self.first if self.first is not None else self.every
+
     def due(self, update: Any) -> Any:
         """Whether a reset follows learner update ``update`` (counted from 1): a Python int or
         a JAX integer array alike (the learner asks inside its compiled update)."""
-        first = self.first if self.first is not None else self.every
+        first = self.first_update
         since = update - first
         due = (update >= first) & (since % self.every == 0)
         if self.count is not None:
