@@ -116,6 +116,9 @@ ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
         "drq_eps",
         {"network.torso": SAME_TORSO, "network.shared_hidden": True},
     ),
+    # the Atari 100k presets as users run them (issue 38): DrQ(ε) beside the self-predictive
+    # family, each with its own network, auxiliary loss, replay and optimizer
+    **{f"{name} preset": (f"preset:{name}", {}) for name in ("drq_eps", "spr", "sr_spr", "bbf")},
 }
 
 #: Rows whose learner reads the target network as its own even where it equals the online one.
@@ -509,6 +512,24 @@ def work_memory(quick: bool) -> dict[str, Any]:
     }
 
 
+def _row_spec(entry: str, overrides: dict[str, Any]) -> Any:
+    """A row's spec: a catalogue entry, or ``preset:NAME``'s algorithm with the preset's own
+    overrides under the row's."""
+    import zoo
+
+    if entry.startswith("preset:"):
+        preset = zoo.load_preset(entry.removeprefix("preset:"))
+        return zoo.load_algorithm(preset.algorithm, overrides={**preset.overrides, **overrides})
+    return zoo.load_algorithm(entry, overrides=overrides)
+
+
+def _nbytes(tree: Any) -> int:
+    """Bytes of the arrays of a pytree."""
+    import jax
+
+    return sum(int(x.nbytes) for x in jax.tree.leaves(tree) if hasattr(x, "nbytes"))
+
+
 def work_algorithms(quick: bool) -> dict[str, Any]:
     """Cost per update (sample from a full 1M-item Atari replay + update), per algorithm.
 
@@ -533,7 +554,7 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
         overrides: dict[str, Any] = {"replay.capacity": CAPACITY, "replay.min_size": 50_000}
         if entry == "r2d2":
             overrides = {}
-        spec = zoo.load_algorithm(entry, overrides={**overrides, **extra})
+        spec = _row_spec(entry, {**overrides, **extra})
         net = zoo.build_network(
             spec,
             observation_shape=(1, 84, 84) if spec.recurrent else (4, 84, 84),
@@ -574,6 +595,12 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
             state["learner"] = out[0]
 
         sample()
+        compiled = loop.host.update.lower(
+            state["learner"], *state["batch"], carry.metric_sums, carry.metric_count
+        ).compile()
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list | tuple) else cost
+        temp = getattr(compiled.memory_analysis(), "temp_size_in_bytes", 0) or 0
         n = 2 if spec.recurrent else calls
         sample_ms = 1000.0 / _median_rate(sample, n, repeats)
         update_ms = 1000.0 / _median_rate(update, n, 1 if spec.recurrent else repeats)
@@ -587,6 +614,12 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
             "learned_transitions": learned,
             "us_per_learned_transition": 1000.0 * (sample_ms + update_ms) / learned,
             "replay_items": replay.num_envs * replay.items_per_env,
+            # XLA's own counts for the compiled update: floating-point operations, the working
+            # memory of one update, and the learner state (online, target, optimizer moments)
+            "update_gflop": float((cost or {}).get("flops", 0.0)) / 1e9,
+            "update_temp_mib": temp / 2**20,
+            "learner_state_mib": _nbytes(carry.learner) / 2**20,
+            "updates_per_step": spec.schedule.updates_per_period / spec.schedule.update_period,
         }
         del carry, state, full
     env.close()
@@ -854,14 +887,17 @@ def report(results: dict[str, Any]) -> None:
         print("unless the row names the BTR torso):")
         print(
             f"| algorithm | sample ms | update ms | per update ms | ÷ {first} "
-            "| µs per learned transition |"
+            "| µs per learned transition | GFLOP per update | update working MiB "
+            "| learner state MiB | updates per step |"
         )
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name, r in a.items():
             print(
                 f"| {name} | {r['sample_ms']:.2f} | {r['update_ms']:.1f} | "
                 f"{r['per_update_ms']:.1f} | {r['per_update_ms'] / base:.2f}× | "
-                f"{r['us_per_learned_transition']:,.0f} |"
+                f"{r['us_per_learned_transition']:,.0f} | {r.get('update_gflop', 0):.1f} | "
+                f"{r.get('update_temp_mib', 0):,.0f} | {r.get('learner_state_mib', 0):,.0f} | "
+                f"{r.get('updates_per_step', 0):g} |"
             )
     m = get("zoo:memory")
     if m:

@@ -392,6 +392,11 @@ TORSO_FEATURES: dict[str, int] = {
     **dict.fromkeys(["mdqn", "m_iqn", "fqf"], _SAME),
     # acme's TF AtariTorso: snt.Conv2D's default SAME
     "r2d2": _SAME,
+    # bigger_better_faster spr_networks.py RainbowCNN: padding 'SAME' (SR_SPR.gin's "cnn" read as
+    # "dqn"); ImpalaCNN ×4: SAME convolutions and 3×3/2 SAME max-pools, 84 → 42 → 21 → 11, 128
+    # channels: 15,488
+    **dict.fromkeys(["spr", "sr_spr"], _SAME),
+    "bbf": 128 * 11 * 11,
     # dqn_zoo/networks.py: padding='VALID'
     **dict.fromkeys(
         [
