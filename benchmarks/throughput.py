@@ -540,10 +540,10 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
     import jax.numpy as jnp
 
     import zoo
+    from zoo.data import build_data
     from zoo.envs import make
     from zoo.learner import Learner
     from zoo.loop import Loop
-    from zoo.replay import build_replay
 
     env = make("Breakout-v5", num_envs=1, seed=0)
     rows: dict[str, Any] = {}
@@ -562,7 +562,7 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
             key=jax.random.PRNGKey(0),
         )
         shape = (1, 84, 84) if spec.recurrent else (4, 84, 84)
-        replay = build_replay(
+        replay = build_data(  # with the steps after each item where an auxiliary loss wants them
             spec,
             num_envs=1,
             observation_shape=shape,
@@ -570,7 +570,12 @@ def work_algorithms(quick: bool) -> dict[str, Any]:
             stack=shape[0],
             core_state=net.initial_state() if spec.recurrent else None,
         )
-        learner = Learner(spec)
+        learner = Learner(  # resets draw fresh networks of the same shapes
+            spec,
+            network_fn=lambda key, spec=spec, shape=shape: zoo.build_network(
+                spec, observation_shape=shape, num_actions=4, key=key
+            ),
+        )
         if name in TARGET_KEPT:
             learner.target_is_online = False
         loop = Loop(spec, env, learner, replay, net.initial_state() if spec.recurrent else None)

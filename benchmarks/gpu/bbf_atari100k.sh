@@ -35,13 +35,14 @@ for seed in $(seq 0 $(( SEEDS - 1 ))); do
   $PY - "$R/seed$seed" "$seed" <<'EOF'
 import sys
 from pathlib import Path
-import zoo
 from zoo.runs.metrics import read_jsonl, windowed_rate
 run, seed = Path(sys.argv[1]), sys.argv[2]
 path = run / "metrics.jsonl"
-warm_up = zoo.load_preset("bbf").overrides["replay"]["min_size"]
-try:  # after the replay's warm-up (no updates before it), compile behind the first record
-    steps, updates = windowed_rate(read_jsonl(path) if path.is_file() else [], start=warm_up)
+records = read_jsonl(path) if path.is_file() else []
+# from the first record with updates (the replay's warm-up and the update's compile behind it)
+warm_up = min((r["env_steps"] for r in records if r.get("updates")), default=0)
+try:
+    steps, updates = windowed_rate(records, start=warm_up)
     hours = 100_000 / steps / 3600  # the warm-up steps, faster, counted at the same rate
     print(f"seed {seed}: {steps:,.1f} env steps/s, {updates:,.1f} updates/s; "
           f"a 100k-step run: {hours:.2f} h at this rate (evaluation not included)")
