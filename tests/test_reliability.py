@@ -897,3 +897,61 @@ def test_compare_writes_under_the_working_directory_by_default(finished, tmp_pat
     code, _, _ = run_cli("compare", str(inside))
     assert code == 0 and (work / "runs" / "comparison.md").is_file()
     assert files_of(inside) == before
+
+
+def _notes_for(name: str, steps: int, capsys, **overrides) -> str:
+    """The notes a new run of preset ``name`` with ``steps`` transitions gets (stderr)."""
+    from zoo.runs.notes import new_run_notes
+    from zoo.runs.settings import RunSettings
+
+    algorithm = zoo.load_algorithm(spec.algorithm_for(zoo.load_preset(name)), overrides=overrides)
+    settings = RunSettings(
+        algorithm=name, preset=name, env="Breakout-v5", protocol="atari_100k", num_envs=1,
+        total_env_steps=steps, seed=0, eval_every=steps, eval_episodes=1,
+        checkpoint_every=steps, log_every=1000,
+    )  # fmt: skip
+    capsys.readouterr()
+    new_run_notes(algorithm, settings)
+    return capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_resets_and_schedules_the_budget_never_reaches_are_noted(capsys):
+    """Resets and the n, γ schedules count learner updates; where the budget's updates stop
+    short of them, the run says so. BBF's own budget fits its 3 resets (after updates 36,004,
+    76,006 and 116,008 of 196,002) and SR-SPR's its 18 (the last after 704,152 of 784,008)."""
+    from zoo.runs.notes import budget_updates
+
+    bbf = zoo.load_algorithm(spec.algorithm_for(zoo.load_preset("bbf")))
+    assert budget_updates(bbf, 100_000) == (100_000 - 2000 + 1) * 2 == 196_002
+    for name in ("bbf", "sr_spr", "spr"):
+        err = _notes_for(name, 100_000, capsys)
+        assert "reset" not in err and "schedule.n_step" not in err, err
+    # 20,000 transitions: 36,002 updates, two short of BBF's first reset
+    err = _notes_for("bbf", 20_000, capsys)
+    assert (
+        "note: the first reset follows learner update 36,004 (resets.first) and the budget of "
+        "20,000 transitions makes 36,002 learner updates: the run never resets; --set "
+        "resets.first=18001 would reset halfway" in err
+    )
+    # 60,000 transitions: 116,002 updates, the third reset would follow update 116,008
+    err = _notes_for("bbf", 60_000, capsys)
+    assert (
+        "note: resets.count is 3 and the budget of 60,000 transitions makes 116,002 learner "
+        "updates: 2 of them happen (from update 36,004, every 40,002)" in err
+    )
+    # a cycle shorter than the schedule restarts it before its end
+    err = _notes_for("bbf", 100_000, capsys, **{"resets.every": 5000})
+    assert (
+        "note: schedule.n_step runs over 10,000 learner updates and a reset comes every 5,000 "
+        "(schedule.cycle: resets): each cycle restarts it before it reaches 3" in err
+    )
+    # over the run (no resets): a schedule longer than the budget's updates
+    err = _notes_for("spr", 3000, capsys, **{
+        "schedule.discount": {"kind": "geometric", "start": 0.97, "end": 0.997,
+                              "steps": 10_000, "complement": True},
+    })  # fmt: skip
+    assert (
+        "note: schedule.discount runs over 10,000 learner updates and the budget of 3,000 "
+        "transitions makes 2,002 learner updates: it stops short of its end value 0.997" in err
+    )

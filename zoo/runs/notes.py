@@ -1,6 +1,7 @@
 """What a run tells its user on their behalf (stderr, prefixed ``zoo:``): the notes of a new run
 whose settings work against each other (an ε still decaying at the end of the budget, a replay
-larger than the budget, PQN minibatches of a handful of transitions). No JAX."""
+larger than the budget, PQN minibatches of a handful of transitions, resets or n/γ schedules the
+budget's learner updates never reach). No JAX."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from zoo import spec as spec_lib
 from zoo.runs.settings import RunSettings
 from zoo.spec import AlgorithmSpec
 
-__all__ = ["SMALL_MINIBATCH", "new_run_notes", "say"]
+__all__ = ["SMALL_MINIBATCH", "budget_updates", "new_run_notes", "say"]
 
 
 def say(message: str) -> None:
@@ -23,6 +24,7 @@ def new_run_notes(spec: AlgorithmSpec, settings: RunSettings) -> None:
     _note_capacity(spec, settings)
     _note_exploration(spec, settings)
     _note_minibatch(spec, settings)
+    _note_updates(spec, settings)
 
 
 def _note_exploration(spec: AlgorithmSpec, settings: RunSettings) -> None:
@@ -83,3 +85,56 @@ def _note_capacity(spec: AlgorithmSpec, settings: RunSettings) -> None:
             f"{settings.total_env_steps:,} transitions, and is allocated in full; "
             f"--set replay.capacity={settings.total_env_steps} would save the memory"
         )
+
+
+def budget_updates(spec: AlgorithmSpec, total_env_steps: int) -> int:
+    """The learner updates a replay-based run makes in ``total_env_steps`` transitions: from the
+    transition that fills the replay to ``replay.min_size`` on, ``updates_per_period`` every
+    ``update_period`` transitions (what a run's metrics count, e.g. 196,002 for BBF at 100,000)."""
+    schedule = spec.schedule
+    learning = max(total_env_steps - spec.replay.min_size + 1, 0)
+    return learning // schedule.update_period * schedule.updates_per_period
+
+
+def _note_updates(spec: AlgorithmSpec, settings: RunSettings) -> None:
+    """Say when resets or the n-step and γ schedules, counted in learner updates, reach past what
+    the budget makes: a BBF preset on a short budget never resets, and its n never gets to 3."""
+    if spec.rollout is not None:
+        return
+    total = settings.total_env_steps
+    updates = budget_updates(spec, total)
+    made = f"the budget of {total:,} transitions makes {updates:,} learner updates"
+    resets = spec.resets
+    if resets is not None:
+        first = resets.first_update
+        fit = 0 if updates < first else (updates - first) // resets.every + 1
+        wanted = resets.count
+        if fit == 0:
+            say(
+                f"note: the first reset follows learner update {first:,} (resets.first) and "
+                f"{made}: the run never resets; --set resets.first={max(updates // 2, 1)} "
+                "would reset halfway"
+            )
+        elif wanted is not None and fit < wanted:
+            say(
+                f"note: resets.count is {wanted} and {made}: {fit} of them happen "
+                f"(from update {first:,}, every {resets.every:,})"
+            )
+    cycle = spec.schedule.cycle
+    for name in ("n_step", "discount"):
+        schedule = getattr(spec.schedule, name)
+        steps = getattr(schedule, "steps", None)
+        if steps is None:
+            continue
+        span = steps + getattr(schedule, "begin", 0)
+        if cycle == "run" and span > updates:
+            say(
+                f"note: schedule.{name} runs over {span:,} learner updates and {made}: it "
+                f"stops short of its end value {schedule.end}"
+            )
+        elif cycle == "resets" and resets is not None and span > resets.every:
+            say(
+                f"note: schedule.{name} runs over {span:,} learner updates and a reset comes "
+                f"every {resets.every:,} (schedule.cycle: resets): each cycle restarts it "
+                f"before it reaches {schedule.end}"
+            )
