@@ -15,10 +15,13 @@ import pytest
 
 import zoo
 from zoo.learner import Learner
+from zoo.types import FutureSteps
 
 pytestmark = pytest.mark.compiled
 
 OBS, ACTIONS, BATCH = (5,), 3, 8
+#: the observations of entries whose auxiliary loss predicts the torso's feature map (SPR)
+IMAGE = (4, 10, 10)
 SMALL = {"network.hidden": [16], "replay.batch_size": BATCH}
 RECURRENT_SMALL = {
     "network.core.size": 8,
@@ -28,8 +31,19 @@ RECURRENT_SMALL = {
 }
 
 
+def observation_shape(spec: zoo.AlgorithmSpec) -> tuple[int, ...]:
+    """Vectors, but small images where an auxiliary loss reads a feature map."""
+    return IMAGE if spec.auxiliary is not None else OBS
+
+
 def small_spec(name: str) -> zoo.AlgorithmSpec:
     spec = zoo.load_algorithm(name, overrides=SMALL)
+    if spec.auxiliary is not None:
+        # SPR predicts the torso's feature map: a small convolution on 10×10 images stands in
+        # for the entry's Atari torso (Nature CNN, IMPALA ×4)
+        spec = zoo.load_algorithm(
+            spec, overrides={"network.torso": {"kind": "minatar_cnn", "channels": 4}}
+        )
     if spec.recurrent:
         spec = zoo.load_algorithm(spec, overrides=RECURRENT_SMALL)
     if spec.augmentation is not None:
@@ -50,6 +64,7 @@ def small_spec(name: str) -> zoo.AlgorithmSpec:
 
 def random_batch(spec: zoo.AlgorithmSpec, net, seed: int):
     rng = np.random.default_rng(seed)
+    obs = observation_shape(spec)
     probability = jnp.asarray(rng.uniform(1e-4, 1e-2, BATCH), jnp.float32)
     if spec.recurrent:
         length = spec.replay.sequence.length
@@ -67,13 +82,22 @@ def random_batch(spec: zoo.AlgorithmSpec, net, seed: int):
             core_state=state,
             probability=probability,
         )
+    future = None
+    if spec.auxiliary is not None:
+        steps = (BATCH, spec.auxiliary.steps)
+        future = FutureSteps(
+            observation=jnp.asarray(rng.normal(size=(*steps, *obs)), jnp.float32),
+            action=jnp.asarray(rng.integers(0, ACTIONS, steps), jnp.int32),
+            mask=jnp.asarray(np.cumprod(rng.uniform(size=steps) > 0.1, axis=1), jnp.float32),
+        )
     return zoo.Transition(
-        observation=jnp.asarray(rng.normal(size=(BATCH, *OBS)), jnp.float32),
+        observation=jnp.asarray(rng.normal(size=(BATCH, *obs)), jnp.float32),
         action=jnp.asarray(rng.integers(0, ACTIONS, BATCH), jnp.int32),
         reward=jnp.asarray(rng.uniform(-2, 2, BATCH), jnp.float32),
         discount=jnp.asarray((rng.uniform(size=BATCH) > 0.2).astype(np.float32)),
-        next_observation=jnp.asarray(rng.normal(size=(BATCH, *OBS)), jnp.float32),
+        next_observation=jnp.asarray(rng.normal(size=(BATCH, *obs)), jnp.float32),
         probability=probability,
+        future=future,
     )
 
 
@@ -81,8 +105,14 @@ def random_batch(spec: zoo.AlgorithmSpec, net, seed: int):
 def test_entry_trains_for_a_few_jitted_updates(name):
     spec = small_spec(name)
     key = jax.random.PRNGKey(0)
-    net = zoo.build_network(spec, observation_shape=OBS, num_actions=ACTIONS, key=key)
-    learner = Learner(spec)
+    obs = observation_shape(spec)
+    net = zoo.build_network(spec, observation_shape=obs, num_actions=ACTIONS, key=key)
+    learner = Learner(  # resets draw fresh networks of the same shapes
+        spec,
+        network_fn=lambda k: zoo.build_network(
+            spec, observation_shape=obs, num_actions=ACTIONS, key=k
+        ),
+    )
     state = learner.init(net, jax.random.PRNGKey(1))
     traces = []
 
@@ -105,10 +135,18 @@ def test_entry_trains_for_a_few_jitted_updates(name):
         lambda a, b: bool(jnp.any(a != b)), initial, eqx.filter(state.online, eqx.is_inexact_array)
     )
     assert all(jax.tree.leaves(changed)), f"{name}: some parameters never changed"
-    # the target stays put until its period; with a period of 1 (DrQ(ε)) it is the online network
+    # the target stays put until its period; with a period of 1 (DrQ(ε)) it is the online network;
+    # an EMA (SR-SPR and BBF: τ 0.005 every update) has moved off the initial network, not onto
+    # the online one
     period = spec.schedule.target_update_period
     target = eqx.filter(state.target, eqx.is_inexact_array)
-    if period > 3:
+    online = eqx.filter(state.online, eqx.is_inexact_array)
+    if period == 1 and spec.schedule.target_update_rate < 1:
+        moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), initial, target)
+        apart = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), online, target)
+        assert all(jax.tree.leaves(moved)) and all(jax.tree.leaves(apart))
+        expected = target
+    elif period > 3:
         expected = initial
     else:
         assert period == 1 and spec.schedule.target_update_rate == 1.0, (name, period)
