@@ -223,3 +223,59 @@ def test_each_run_is_placed_among_the_published_runs_of_its_game(tmp_path):
     assert not where.below_5th
     breakout = placed[1][2]
     assert breakout.rank == 0.0 and breakout.below_5th
+
+
+@pytest.mark.run
+def test_a_report_includes_the_finished_runs_an_earlier_report_recorded(bench, tmp_path):
+    """A benchmark made in two sessions: the second's folder lacks a run the first finished (its
+    machine went with it). Including the first report's bench.json puts that run back with the
+    score, curve and rates it recorded, so the report equals the one made from every folder; the
+    folder's own finished runs win over their records, and bad reports are refused."""
+    from zoo.bench.errors import BenchError
+
+    root, out, _ = bench
+    earlier_json = out / "bench.json"
+    earlier = json.loads(earlier_json.read_text())
+    later = tmp_path / "later"
+    shutil.copytree(root, later, ignore=shutil.ignore_patterns("report"))
+    shutil.rmtree(later / ALGOS[1] / "CartPole-v1" / "seed1")
+    assert [r.seed for r in report.collect(later).finished(ALGOS[1], "CartPole-v1")] == [0]
+
+    data = report.collect(later, include=[earlier_json], suite="classic")
+    runs = data.finished(ALGOS[1], "CartPole-v1")
+    assert [r.seed for r in runs] == [0, 1]
+    assert runs[0].recorded is None and runs[1].recorded == str(earlier_json)
+    entry = next(e for e in earlier["runs"] if e["algo"] == ALGOS[1] and e["seed"] == 1)
+    assert runs[1].score == entry["score"] and runs[1].wall_s == entry["wall_s"]
+    assert runs[1].curve == [tuple(p) for p in entry["curve"]]
+    assert sum("the folder's finished run is reported" in n for n in data.notes) == 3
+
+    paths = report.write_report(
+        later, tmp_path / "out", suite="classic", reps=500, include=[earlier_json]
+    )
+    merged = json.loads(paths["json"].read_text())
+    assert merged["raw_scores"] == earlier["raw_scores"]
+    assert merged["aggregates"] == earlier["aggregates"]
+    assert f"Runs recorded in `{earlier_json}`" in paths["md"].read_text()
+    assert f"{ALGOS[1]} · CartPole-v1 · seed 1." in paths["md"].read_text()
+
+    from zoo import cli  # the command line's report takes the same file
+
+    argv = ["bench", "report", str(later), "--suite", "classic", "--reps", "500"]
+    assert cli.main([*argv, "--include", str(earlier_json), "--out", str(tmp_path / "cli")]) == 0
+    assert (
+        json.loads((tmp_path / "cli" / "bench.json").read_text())["raw_scores"]
+        == (earlier["raw_scores"])
+    )
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(BenchError, match="not a zoo bench report"):
+        report.collect(later, include=[bad])
+    with pytest.raises(BenchError, match="a report of suite 'classic'"):
+        report.collect(later, include=[earlier_json], suite="minatar")
+    edited = json.loads(earlier_json.read_text())
+    next(e for e in edited["runs"] if e["status"] == "finished")["score"] = "high"
+    bad.write_text(json.dumps(edited))
+    with pytest.raises(BenchError, match="lacks or mistypes score"):
+        report.collect(later, include=[bad])

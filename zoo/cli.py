@@ -485,10 +485,12 @@ def _bench_report(args: argparse.Namespace) -> int:
     if len(args.algorithms) != 1:
         raise BenchError("zoo bench report takes one folder: zoo bench report DIR [--suite S]")
     root = Path(args.algorithms[0])
-    if args.out is not None:
+    if args.out is not None or args.include:
         from zoo.bench.report import write_report
 
-        paths = write_report(root, out=args.out, suite=args.report_suite, reps=args.reps)
+        paths = write_report(
+            root, out=args.out, suite=args.report_suite, reps=args.reps, include=args.include
+        )
     else:
         paths = write_report_for(root, args.report_suite, reps=args.reps)
     print(f"report: {paths['md']} ({', '.join(p.name for k, p in paths.items() if k != 'md')})")
@@ -498,10 +500,10 @@ def _bench_report(args: argparse.Namespace) -> int:
 def _bench_run(args: argparse.Namespace) -> int:
     from zoo.bench.runner import bench, summary
 
-    if args.out is not None or args.report_suite is not None:
+    if args.out is not None or args.report_suite is not None or args.include:
         print(
-            "zoo bench: --out and --suite belong to zoo bench report DIR; a bench writes its "
-            "report into --run-dir",
+            "zoo bench: --out, --suite and --include belong to zoo bench report DIR; a bench "
+            "writes its report into --run-dir",
             file=sys.stderr,
         )
         return EXIT_SPEC_ERROR
@@ -871,6 +873,14 @@ def _parser() -> argparse.ArgumentParser:
         help="with report: the suite the runs belong to (its games and normalisation)",
     )
     p.add_argument("--out", help="with report: where the report goes (default: DIR)")
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="BENCH_JSON",
+        help="with report: an earlier report's bench.json whose finished runs join DIR's where "
+        "DIR has not finished them (a benchmark made in several sessions); repeatable",
+    )
     _progress_option(p)
     p.set_defaults(func=_cmd_bench)
     return parser

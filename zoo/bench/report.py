@@ -17,6 +17,13 @@ final step or one that finished no game; no training game in the window) falls b
 Each run's statistic is in ``bench.json`` and the report counts the fallbacks. Unfinished,
 unstarted and unreadable runs are listed, never silently dropped, and are left out of every number.
 
+**Runs recorded by an earlier report** (``include``: its ``bench.json``) join the runs of the
+folder, so that a benchmark made in several sessions or on several machines, whose run folders do
+not all survive, is reported as one: each *finished* run recorded there (its score, statistic,
+curve, rates and wall time as recorded) fills the place of an (algorithm, game, seed) the folder
+has not finished; a run the folder has finished is kept and the recorded one named in the notes.
+A recorded run is marked as such (``recorded``: the file) in ``bench.json`` and ``bench.md``.
+
 **Aggregates** (:mod:`zoo.bench.stats`, Agarwal et al. 2021) are over the games on which every
 algorithm has at least one finished run; an algorithm with fewer runs on some games keeps its
 first k seeds on each (k = its fewest), and the report names the runs this leaves out. Published
@@ -84,6 +91,8 @@ class BenchRun:
       wall_s: the wall time of the run's sessions (from ``history.jsonl``: each start or resume
         to its stop).
       note: why a run is not finished, or how its score was read.
+      recorded: the earlier report (``bench.json``) the run was read from; ``None`` for a run
+        read from its own folder.
     """
 
     algo: str
@@ -102,6 +111,7 @@ class BenchRun:
     updates_per_s: float | None = None
     wall_s: float | None = None
     note: str = ""
+    recorded: str | None = None
 
 
 @dataclass
@@ -203,8 +213,14 @@ def _read_run(algo: str, folder: str, seed: int, path: Path) -> BenchRun:
     return run
 
 
-def collect(root: str | Path, statistic: str = "evaluation") -> BenchData:
-    """Every run under ``root/<algo>/<game-folder>/seed<k>``, with its final score.
+def collect(
+    root: str | Path,
+    statistic: str = "evaluation",
+    include: Sequence[str | Path] = (),
+    suite: str | None = None,
+) -> BenchData:
+    """Every run under ``root/<algo>/<game-folder>/seed<k>``, with its final score, and the
+    finished runs recorded in the reports ``include`` names (see the module docstring).
 
     The score of each finished run is ``statistic`` (``evaluation`` at the budget or the
     ``training`` statistic), else the other, as the module docstring says; runs of an algorithm
@@ -213,7 +229,9 @@ def collect(root: str | Path, statistic: str = "evaluation") -> BenchData:
     :func:`zoo.compare.compare`.
 
     Raises:
-      BenchError: ``root`` does not exist or holds no ``<algo>/<game>/seed<k>`` folder.
+      BenchError: ``root`` does not exist or holds no ``<algo>/<game>/seed<k>`` folder; a
+        report of ``include`` is unreadable, of another suite than ``suite``, or scored by
+        another statistic.
     """
     if statistic not in STATISTICS:
         raise BenchError(f"unknown statistic {statistic!r} (known: {', '.join(STATISTICS)})")
@@ -230,10 +248,102 @@ def collect(root: str | Path, statistic: str = "evaluation") -> BenchData:
     if not runs:
         raise BenchError(f"{root} holds no run (expected {root}/<algo>/<game>/seed<k>)")
     data = BenchData(root=root, runs=runs)
+    for path in include:
+        _include(data, Path(path), statistic, suite)
     _expect_every_seed(data)
     for algo in data.algorithms:
         _score_algorithm(data, algo, statistic)
     return data
+
+
+#: what a run recorded in an earlier report must state to be carried into a new one
+_RECORDED = {
+    "algo": str,
+    "game": str,
+    "seed": int,
+    "status": str,
+    "protocol": str,
+    "frame_skip": int,
+    "env_steps": int,
+    "budget_env_steps": int,
+    "score": (int, float),
+    "statistic": str,
+    "curve": list,
+    "path": str,
+}
+
+
+def _recorded_runs(path: Path, statistic: str, suite: str | None) -> list[BenchRun]:
+    """The finished runs ``path`` (an earlier report's ``bench.json``) records, checked."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BenchError(f"--include {path}: not a readable report ({e})") from None
+    if not isinstance(report, dict) or not isinstance(report.get("runs"), list):
+        raise BenchError(f"--include {path}: not a zoo bench report (bench.json with its runs)")
+    if suite is not None and report.get("suite") != suite:
+        raise BenchError(
+            f"--include {path}: a report of suite {report.get('suite')!r}, and this report is "
+            f"of {suite!r}; include reports of the same suite"
+        )
+    runs = []
+    for i, entry in enumerate(report["runs"]):
+        if not isinstance(entry, dict) or entry.get("status") != "finished":
+            continue  # unfinished runs are not carried: their folder is where they go on
+        wrong = [
+            key
+            for key, kind in _RECORDED.items()
+            if not isinstance(entry.get(key), kind) or isinstance(entry.get(key), bool)
+        ]
+        if wrong:
+            raise BenchError(
+                f"--include {path}: run {i} lacks or mistypes {', '.join(wrong)}; include the "
+                "bench.json a zoo bench report wrote, unedited"
+            )
+        if entry["statistic"] != statistic:
+            raise BenchError(
+                f"--include {path}: run {i} ({entry['algo']}, {entry['game']}, seed "
+                f"{entry['seed']}) is scored by its {entry['statistic']} statistic and this "
+                f"report by the {statistic} one"
+            )
+        curve = [(int(f), float(v)) for f, v in entry["curve"]]
+        runs.append(
+            BenchRun(
+                algo=entry["algo"],
+                game=entry["game"],
+                seed=entry["seed"],
+                path=Path(entry["path"]),
+                status="finished",
+                protocol=entry["protocol"],
+                frame_skip=entry["frame_skip"],
+                env_steps=entry["env_steps"],
+                budget_env_steps=entry["budget_env_steps"],
+                score=float(entry["score"]),
+                statistic=entry["statistic"],
+                curve=curve,
+                env_steps_per_s=entry.get("env_steps_per_s"),
+                updates_per_s=entry.get("updates_per_s"),
+                wall_s=entry.get("wall_s"),
+                note=f"recorded in {path}",
+                recorded=str(path),
+            )
+        )
+    return runs
+
+
+def _include(data: BenchData, path: Path, statistic: str, suite: str | None) -> None:
+    """Carry the finished runs recorded in ``path`` into ``data`` where the folder has not
+    finished them (the folder's own unfinished or unstarted run of that place gives way)."""
+    for run in _recorded_runs(path, statistic, suite):
+        key = (run.algo, run.game, run.seed)
+        same = [r for r in data.runs if (r.algo, r.game, r.seed) == key]
+        if any(r.status == "finished" for r in same):
+            data.notes.append(
+                f"{run.algo} · {run.game} · seed {run.seed}: the folder's finished run is "
+                f"reported, not the one recorded in {path}"
+            )
+            continue
+        data.runs = [r for r in data.runs if r not in same] + [run]
 
 
 def _expect_every_seed(data: BenchData) -> None:
@@ -267,8 +377,8 @@ def _score_algorithm(data: BenchData, algo: str, statistic: str) -> None:
         if run.status == "finished" and run.env_steps < budget:
             run.status = "unfinished"
             run.note = f"at {run.env_steps:,} env steps, short of its algorithm's {budget:,}"
-    finished = [r for r in runs if r.status == "finished"]
-    if not finished:
+    finished = [r for r in runs if r.status == "finished" and r.recorded is None]
+    if not finished:  # recorded runs keep the score their report gave them
         return
     comparison = compare_lib.compare([r.path for r in finished], env_steps=budget)
     data.notes.extend(f"{algo}: {n}" for n in comparison.notes)
@@ -730,8 +840,10 @@ def write_report(
     suite: str | None = None,
     reps: int = 50000,
     seed: int = 0,
+    include: Sequence[str | Path] = (),
 ) -> dict[str, Path]:
-    """Write the benchmark report of the runs under ``root``.
+    """Write the benchmark report of the runs under ``root`` (and those recorded in the earlier
+    reports ``include`` names: see the module docstring).
 
     Args:
       root: the benchmark folder (``root/<algo>/<game-folder>/seed<k>``).
@@ -743,6 +855,7 @@ def write_report(
         probability of improvement, performance profiles and sample-efficiency curves use
         ``min(reps, 2000)``, rliable's default for them.
       seed: seeds the bootstrap.
+      include: earlier reports (``bench.json``) whose finished runs join the folder's.
 
     Returns:
       ``{"md": bench.md, "json": bench.json, "intervals"|"profiles"|"improvement"|
@@ -754,7 +867,8 @@ def write_report(
     root = Path(root)
     chosen = get_suite(suite) if suite is not None else None
     statistic = chosen.statistic if chosen is not None else "evaluation"
-    data = collect(root, statistic)  # a folder that holds no run is refused before any write
+    # a folder that holds no run, or a report that cannot be included, is refused before any write
+    data = collect(root, statistic, include, chosen.name if chosen is not None else None)
     out_dir = make_output_dir(out if out is not None else root)
     m = _matrices(data, chosen)
     _published(data, chosen, m)
@@ -886,8 +1000,18 @@ def _markdown(
         "window before the budget, as the suite's papers report), else its evaluation (marked "
         "below)",
     }[statistic]
+    recorded: dict[str, list[BenchRun]] = {}
+    for r in data.runs:
+        if r.recorded is not None:
+            recorded.setdefault(r.recorded, []).append(r)
+    carried = "".join(
+        f" Runs recorded in `{source}` by an earlier report (their folders are not here): "
+        + ", ".join(f"{r.algo} · {r.game} · seed {r.seed}" for r in runs)
+        + "."
+        for source, runs in recorded.items()
+    )
     lines += [
-        f"Runs in `{data.root}`. Score of a run: {scored}. Normalisation: "
+        f"Runs in `{data.root}`.{carried} Score of a run: {scored}. Normalisation: "
         f"`{m.normalisation}` ({_NORMALISED_LABEL[m.normalisation].lower()}; docs/bench.md).",
         "",
         "## Per game",
