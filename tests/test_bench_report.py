@@ -279,3 +279,40 @@ def test_a_report_includes_the_finished_runs_an_earlier_report_recorded(bench, t
     bad.write_text(json.dumps(edited))
     with pytest.raises(BenchError, match="lacks or mistypes score"):
         report.collect(later, include=[bad])
+
+
+@pytest.mark.run
+def test_a_run_is_flagged_below_the_5th_percentile_of_the_algorithm_it_reproduces(tmp_path):
+    """A DrQ(ε) run sits below every BBF run of its game and within DrQ(ε)'s: it is placed among
+    all, flagged by none (published.yaml names drq_eps as DrQ(ε)'s preset, bbf as BBF RR=2's);
+    a run of drq_eps below DrQ(ε)'s 5th percentile is flagged against DrQ(ε) alone."""
+    from zoo.bench.published import published
+
+    items = {p.label: p for p in published("atari100k")}
+    assert items["DrQ(ε)"].presets == ("drq_eps",) and items["BBF (RR=2)"].presets == ("bbf",)
+    breakout = sorted(items["DrQ(ε)"].scores["Breakout-v5"])
+    runs = [
+        report.BenchRun(
+            "drq_eps", "Breakout-v5", 0, tmp_path, "finished", score=breakout[50],
+            protocol="atari_100k", frame_skip=4, env_steps=100_000, budget_env_steps=100_000,
+            statistic="evaluation", curve=[(400_000, breakout[50])],
+        ),
+        report.BenchRun(
+            "drq_eps", "Boxing-v5", 0, tmp_path, "finished", score=-50.0,
+            protocol="atari_100k", frame_skip=4, env_steps=100_000, budget_env_steps=100_000,
+            statistic="evaluation", curve=[(400_000, -50.0)],
+        ),
+    ]  # fmt: skip
+    data = report.BenchData(root=tmp_path, runs=runs)
+    placed = report.placements(data, list(items.values()))
+    below = {(r.game, label) for r, label, w in placed if w.below_5th}
+    assert ("Breakout-v5", "BBF (RR=2)") in below and ("Breakout-v5", "DrQ(ε)") not in below
+    text = report._markdown(  # the report's own line, from the same placements
+        data, None, report._matrices(data, None), {}, {}, {}, [], [], {}, 10, "evaluation",
+        placed, {label: p.presets for label, p in items.items()},
+    )  # fmt: skip
+    line = next(x for x in text.splitlines() if x.startswith("Below the 5th percentile"))
+    header, flagged = line.split("): ", 1)
+    assert header.endswith("drq_eps of DrQ(ε), spr of SPR, bbf of BBF (RR=2)")
+    assert flagged.startswith("drq_eps Boxing-v5 seed 0 (-50.0 <") and flagged.endswith("DrQ(ε))")
+    assert "Breakout" not in flagged and "BBF" not in flagged and "SPR" not in flagged

@@ -42,6 +42,8 @@ class PublishedRuns:
       protocol, statistic, frames: what they were measured under (a zoo protocol name,
         ``evaluation`` or ``training``, the budget in frames).
       scores: per game (the suite's env ids, suite order), the raw score of each run.
+      presets: the zoo presets that reproduce it (``published.yaml``'s ``presets``): a run of one
+        of them below its 5th percentile is flagged; every run is placed among every item.
     """
 
     label: str
@@ -50,6 +52,7 @@ class PublishedRuns:
     statistic: str
     frames: int
     scores: Mapping[str, tuple[float, ...]]
+    presets: tuple[str, ...] = ()
 
     def runs(self, games: list[str] | tuple[str, ...]) -> list[int]:
         """How many runs each of ``games`` has (any spelling; BBF's data has 14 to 60)."""
@@ -104,6 +107,7 @@ def published(suite_name: str) -> tuple[PublishedRuns, ...]:
                 scores={
                     g: tuple(float(x) for x in by_key[ref_lib.game_key(g)]) for g in suite.games
                 },
+                presets=tuple(str(x) for x in item.get("presets", ())),
             )
         )
     return tuple(out)

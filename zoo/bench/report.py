@@ -874,6 +874,7 @@ def write_report(
     _published(data, chosen, m)
     comparable = [p for p in (published(chosen.name) if chosen else ()) if p.label in m.scores]
     placed = placements(data, comparable)
+    reproduced = {p.label: p.presets for p in comparable}
     small = min(reps, 2000)
     aggregates = stats.aggregate(m.scores, reps=reps, seed=seed) if m.games else {}
     poi = stats.probability_of_improvement(m.scores, reps=small, seed=seed) if m.games else {}
@@ -942,6 +943,7 @@ def write_report(
                 "game": run.game,
                 "seed": run.seed,
                 "published": label,
+                "reproduces": run.algo in reproduced.get(label, ()),
                 **where.to_dict(),
                 "wall_s": run.wall_s,
                 "env_steps_per_s": run.env_steps_per_s,
@@ -970,6 +972,7 @@ def write_report(
             reps,
             statistic,
             placed,
+            reproduced,
         ),
     )
     return paths
@@ -988,7 +991,9 @@ def _markdown(
     reps: int,
     statistic: str = "evaluation",
     placed: Sequence[tuple[BenchRun, str, stats.Placement]] = (),
+    reproduces: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
+    reproduces = reproduces or {}
     title = f"zoo bench: {suite.name}" if suite else "zoo bench"
     lines = [f"# {title}", ""]
     if suite is not None:
@@ -1072,10 +1077,18 @@ def _markdown(
                 + f" | {where.rank:.0f} | {_duration(run.wall_s)} | "
                 f"{rate(run.env_steps_per_s)} | {rate(run.updates_per_s)} |"
             )
-        low = [(r, label, w) for r, label, w in placed if w.below_5th]
+        low = [
+            (r, label, w)
+            for r, label, w in placed
+            if w.below_5th and r.algo in reproduces.get(label, ())
+        ]
+        pairs = ", ".join(
+            f"{preset} of {label}" for label, presets in reproduces.items() for preset in presets
+        )
         lines += [
             "",
-            "Below the published 5th percentile: "
+            "Below the 5th percentile of the published runs of the algorithm a run reproduces "
+            f"({pairs or 'no preset reproduces a published algorithm'}): "
             + (
                 "; ".join(
                     f"{r.algo} {r.game} seed {r.seed} ({_fmt(w.score)} < {_fmt(w.quantiles[5])} "
