@@ -167,7 +167,12 @@ class SprLoss(AuxiliaryLoss):
                 z = module.transition(z, action)
                 return z, module.predictor(project(jnp.ravel(z)))
 
-            _, predictions = jax.lax.scan(step, latent_map(online, observation), actions)
+            # unrolled: XLA:CPU runs the transition model's convolutions and their gradients
+            # inside a rolled scan about 14× slower than the same K steps unrolled (measured
+            # 2026-12-06, docs/performance.md); K is small (5 in SPR, SR-SPR and BBF)
+            _, predictions = jax.lax.scan(
+                step, latent_map(online, observation), actions, unroll=True
+            )
             targets = jax.vmap(lambda o: target_project(jnp.ravel(latent_map(target, o))))(futures)
             targets = jax.lax.stop_gradient(targets)
             p = predictions / jnp.linalg.norm(predictions, axis=-1, keepdims=True)
