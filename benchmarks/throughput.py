@@ -518,8 +518,7 @@ def _row_spec(entry: str, overrides: dict[str, Any]) -> Any:
     import zoo
 
     if entry.startswith("preset:"):
-        preset = zoo.load_preset(entry.removeprefix("preset:"))
-        return zoo.load_algorithm(preset.algorithm, overrides={**preset.overrides, **overrides})
+        entry = zoo.spec.algorithm_for(zoo.load_preset(entry))
     return zoo.load_algorithm(entry, overrides=overrides)
 
 

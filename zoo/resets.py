@@ -105,7 +105,5 @@ def updates_since_reset(resets: ResetSpec, updates: Any) -> jax.Array:
 def resets_done(resets: ResetSpec, updates: Any) -> jax.Array:
     """How many resets have happened after ``updates`` learner updates (the ``resets``
     metric)."""
-    updates = jnp.asarray(updates, jnp.int32)
-    first = resets.first_update
-    done = jnp.where(updates >= first, (updates - first) // resets.every + 1, 0)
+    done = resets.done_after(jnp.asarray(updates, jnp.int32))
     return done if resets.count is None else jnp.minimum(done, resets.count)

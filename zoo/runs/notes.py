@@ -107,7 +107,7 @@ def _note_updates(spec: AlgorithmSpec, settings: RunSettings) -> None:
     resets = spec.resets
     if resets is not None:
         first = resets.first_update
-        fit = 0 if updates < first else (updates - first) // resets.every + 1
+        fit = resets.done_after(updates)
         wanted = resets.count
         if fit == 0:
             say(

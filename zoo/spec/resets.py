@@ -75,6 +75,12 @@ class ResetSpec(Model):
         """The learner update after which the first reset happens (``first``, else ``every``)."""
         return self.first if self.first is not None else self.every
 
+    def done_after(self, updates: Any) -> Any:
+        """Resets after ``updates`` learner updates, ``count`` aside (a Python int or a JAX
+        integer array alike): none before ``first``, then one more every ``every``."""
+        first = self.first_update
+        return (updates >= first) * ((updates - first) // self.every + 1)
+
     def due(self, update: Any) -> Any:
         """Whether a reset follows learner update ``update`` (counted from 1): a Python int or
         a JAX integer array alike (the learner asks inside its compiled update)."""
