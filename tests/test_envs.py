@@ -41,6 +41,20 @@ def random_actions(env: ze.VectorEnv, seed: int = 0):
     return lambda _: rng.integers(0, env.num_actions, env.num_envs).astype(np.int32)
 
 
+#: The Atari backends the semantic tests run on: envpool, and ALE's vector env (ale-py, the test
+#: extra) under the same protocols; tests/test_envs_ale.py compares the two step for step.
+ATARI_BACKENDS = ["envpool", "ale"]
+
+
+def cap_kwargs(backend: str, steps: int) -> dict:
+    """An episode cap of ``steps`` agent steps (frame skip 4) in the backend's own keyword."""
+    return (
+        {"max_episode_steps": steps}
+        if backend == "envpool"
+        else {"max_num_frames_per_episode": 4 * steps}
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Protocols
 
@@ -412,9 +426,11 @@ def assert_shifted(prev: np.ndarray, observation: np.ndarray) -> None:
     np.testing.assert_array_equal(observation[:-1], prev[1:])
 
 
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
 @pytest.mark.compiled
-def test_pong_observations_and_zero_padded_game_start_stack():
-    with ze.make("Pong-v5", num_envs=2, seed=0) as env:
+def test_pong_observations_and_zero_padded_game_start_stack(backend):
+    with ze.make("Pong-v5", num_envs=2, seed=0, backend=backend) as env:
+        assert env.backend == backend
         assert env.protocol.name == "nature_2015"
         assert env.observation_shape == (4, 84, 84) and env.observation_dtype == np.uint8
         assert env.is_image and env.num_actions == 6 and env.frame_skip == 4  # minimal actions
@@ -432,15 +448,17 @@ def test_pong_observations_and_zero_padded_game_start_stack():
                 assert not timestep.observation[i, : max(2 - t, 0)].any()
                 assert timestep.observation[i, max(2 - t, 0) :].any(axis=(1, 2)).all()
             prev = timestep
-    with ze.make("Pong-v5", protocol="machado_2018") as env:
+    with ze.make("Pong-v5", protocol="machado_2018", backend=backend) as env:
         assert env.num_actions == 18
-    with ze.make("Pong-v5", protocol="dopamine_2018") as env:
+    with ze.make("Pong-v5", protocol="dopamine_2018", backend=backend) as env:
         assert env.num_actions == 6  # Dopamine's baselines: the minimal action set
 
 
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
 @pytest.mark.compiled
-def test_atari_truncation_at_the_frame_cap():
-    with ze.make("Pong-v5", seed=0, env_kwargs={"max_episode_steps": 30}) as env:
+def test_atari_truncation_at_the_frame_cap(backend):
+    with ze.make("Pong-v5", seed=0, backend=backend, env_kwargs=cap_kwargs(backend, 30)) as env:
+        assert env.max_episode_steps == 30
         env.reset()
         steps = [env.step(np.zeros(1, np.int32)) for _ in range(31)]
         assert not any(s.truncated[0] for s in steps[:29])
@@ -467,10 +485,11 @@ def until_life_lost(env: ze.VectorEnv, seed: int = 0) -> tuple[TimeStep, TimeSte
 RIGHT, LEFT = 2, 3  # Breakout's minimal action set: NOOP, FIRE, RIGHT, LEFT
 
 
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
 @pytest.mark.compiled
-def test_breakout_lost_life_is_terminal_in_training_and_the_game_goes_on():
+def test_breakout_lost_life_is_terminal_in_training_and_the_game_goes_on(backend):
     """nature_2015 (dqn_zoo): discount 0 where lives drop; no pseudo-step, the stack goes on."""
-    twins = [ze.make("Breakout-v5", seed=0, training=True) for _ in range(2)]
+    twins = [ze.make("Breakout-v5", seed=0, training=True, backend=backend) for _ in range(2)]
     (prev, loss, steps), (_, twin_loss, _) = (until_life_lost(env) for env in twins)
     assert steps < 2000 and loss.terminated[0] and loss.valid[0]
     assert not loss.game_over[0] and not loss.truncated[0] and not loss.first[0]
@@ -556,11 +575,14 @@ def test_purejaxql_protocol_plays_purejaxqls_envpool_until_the_first_lost_life()
     pool.close()
 
 
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.compiled
-def test_atari_100k_restarts_the_stack_at_a_lost_life(training):
+def test_atari_100k_restarts_the_stack_at_a_lost_life(training, backend):
     """Dopamine's atari_100k agent zero-fills its stack at each lost life (reset_one)."""
-    with ze.make("Breakout-v5", protocol="atari_100k", seed=0, training=training) as env:
+    with ze.make(
+        "Breakout-v5", protocol="atari_100k", seed=0, training=training, backend=backend
+    ) as env:
         prev, timestep, steps = env.reset(), None, 0
         act = random_actions(env)
         while steps < 2000:
@@ -584,10 +606,11 @@ def test_breakout_evaluation_plays_whole_games():
         assert over.game_over[0]  # no life-loss terminal in evaluation
 
 
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
 @pytest.mark.compiled
-def test_reward_clipping_in_training_only():
+def test_reward_clipping_in_training_only(backend):
     for training in (True, False):
-        with ze.make("SpaceInvaders-v5", seed=0, training=training) as env:
+        with ze.make("SpaceInvaders-v5", seed=0, training=training, backend=backend) as env:
             _, big = run_until(env, lambda ts: ts.raw_reward[0] > 1, random_actions(env))
             assert big.reward[0] == (1.0 if training else big.raw_reward[0])
 
@@ -658,17 +681,21 @@ def test_xla_compiled_cartpole_loop():
         assert timesteps.valid[0].all() and timesteps.reward.dtype == np.float32
 
 
-@pytest.mark.parametrize("protocol", ["nature_2015", "atari_100k"])
+@pytest.mark.parametrize(
+    ("protocol", "backend"),
+    [("nature_2015", "envpool"), ("atari_100k", "envpool"), ("atari_100k", "ale")],
+)
 @pytest.mark.compiled
-def test_xla_steps_give_the_host_steps_timesteps_on_breakout(protocol):
-    """The compiled path applies the same life-loss and stack rules as the host path."""
+def test_xla_steps_give_the_host_steps_timesteps_on_breakout(protocol, backend):
+    """The compiled path applies the same life-loss and stack rules as the host path (envpool's
+    XLA step, and ALE's own FFI step)."""
     jax = pytest.importorskip("jax")
     steps, n = 400, 2
     actions = np.random.default_rng(0).integers(0, 4, (steps, n)).astype(np.int32)
-    with ze.make("Breakout-v5", protocol=protocol, num_envs=n, seed=5) as env:
+    with ze.make("Breakout-v5", protocol=protocol, num_envs=n, seed=5, backend=backend) as env:
         env.reset()
         host = [env.step(a) for a in actions]
-    with ze.make("Breakout-v5", protocol=protocol, num_envs=n, seed=5) as env:
+    with ze.make("Breakout-v5", protocol=protocol, num_envs=n, seed=5, backend=backend) as env:
         env.reset()
         handle, _, _, step = env.xla()
         _, compiled = jax.jit(lambda h, a: jax.lax.scan(step, h, a))(handle, actions)

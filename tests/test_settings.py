@@ -102,6 +102,7 @@ def test_a_new_run_fills_in_what_was_not_given_by_the_rules() -> None:
         "seed": 0,
         "num_envs": 1,
         "protocol": "protocol of CartPole-v1",
+        "env_backend": "auto",
         "eval_every": 100,  # a tenth of the budget
         "eval_episodes": 3,
         "eval_max_steps": None,

@@ -1,4 +1,5 @@
-"""Environments: envpool (Atari, classic control), a gymnasium adapter, and evaluation protocols.
+"""Environments: envpool (Atari, classic control), ALE's vector env (Atari), a gymnasium adapter,
+and evaluation protocols.
 
 ::
 
@@ -14,7 +15,8 @@
   ``dopamine_2018``, ``machado_2018``, ``atari_100k``, ``r2d2_2019``, ``classic``, ``minatar``,
   ``gymnax_minatar`` (see :mod:`zoo.envs.protocols` for each
   value's source, and ``docs/protocols.md`` for every Atari setting beside its source's).
-- :func:`make` → :class:`VectorEnv` (:mod:`zoo.envs.factory` says which backend runs which id).
+- :func:`make` → :class:`VectorEnv` (:mod:`zoo.envs.factory` says which backend runs which id;
+  ``backend="ale"`` runs Atari on ALE's own vector environment, ``docs/backends.md``).
 - :class:`TimeStep`: ``observation``, ``reward`` (clipped in training), ``raw_reward``,
   ``terminated``, ``truncated``, ``first``, ``game_over``, ``valid``.
 - :func:`evaluate`: exactly ``episodes`` whole games, ε-greedy around a policy.

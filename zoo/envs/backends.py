@@ -1,9 +1,10 @@
-"""The two environment backends behind :class:`~zoo.envs.VectorEnv`: envpool and gymnasium.
+"""The environment backends behind :class:`~zoo.envs.VectorEnv`: envpool, ALE's own vector
+environment and gymnasium.
 
-Both return a :class:`~zoo.envs.core.RawStep` in env-id order with "next step" autoreset (the step
+Each returns a :class:`~zoo.envs.core.RawStep` in env-id order with "next step" autoreset (the step
 after ``terminated`` or ``truncated`` ignores its action and returns the new episode's first
-observation with reward 0 and both flags false). envpool and gymnasium are imported when a backend
-is built, not when :mod:`zoo.envs` is imported.
+observation with reward 0 and both flags false). envpool, ale-py and gymnasium are imported when a
+backend is built, not when :mod:`zoo.envs` is imported.
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ import numpy as np
 
 from zoo.envs.core import RawStep, UnsupportedEnvironmentError, XlaUnavailableError
 
-__all__ = ["EnvpoolBackend", "GymnasiumBackend"]
+__all__ = ["AleBackend", "EnvpoolBackend", "GymnasiumBackend", "ale_rom"]
+
+
+def _in_env_order(xp: Any, raw: RawStep, env_id: Any) -> RawStep:
+    """``raw`` reordered so that row ``i`` is environment ``i`` (``env_id``: whose each row is)."""
+    if xp is np:
+        if np.array_equal(env_id, np.arange(len(env_id))):
+            return raw
+        order = np.argsort(env_id)
+        return RawStep(*(x[order] for x in raw))
+    return RawStep(*(xp.zeros_like(x).at[env_id].set(x) for x in raw))
 
 
 def _envpool_raw_step(
@@ -39,13 +50,7 @@ def _envpool_raw_step(
         terminated | truncated,
         lives,
     )
-    env_id = info["env_id"]
-    if xp is np:
-        if np.array_equal(env_id, np.arange(len(env_id))):
-            return raw
-        order = np.argsort(env_id)
-        return RawStep(*(x[order] for x in raw))
-    return RawStep(*(xp.zeros_like(x).at[env_id].set(x) for x in raw))
+    return _in_env_order(xp, raw, info["env_id"])
 
 
 class EnvpoolBackend:
@@ -113,6 +118,120 @@ class EnvpoolBackend:
         self._pool.close()
 
 
+def ale_rom(env_id: str) -> str:
+    """ALE's ROM id of an envpool-style Atari id: ``"MsPacman-v5"`` -> ``"ms_pacman"``.
+
+    envpool names each game after ALE's ROM id in CamelCase, so the ROM is the one whose parts,
+    capitalised and joined, give the game (all 104 envpool games have one, checked in the tests).
+
+    Raises:
+      UnsupportedEnvironmentError: the id names no ROM that ale-py ships.
+    """
+    from ale_py import roms
+
+    game = env_id.removesuffix("-v5")
+    ids = roms.get_all_rom_ids()
+    by_game = {"".join(part.capitalize() for part in rom.split("_")): rom for rom in ids}
+    if game not in by_game:
+        raise UnsupportedEnvironmentError(f"ale-py ships no ROM for {env_id!r}")
+    return by_game[game]
+
+
+class AleBackend:
+    """ALE's own vector environment (ale-py ≥ 0.11 ``AtariVectorEnv``, Farama's C++ port of
+    envpool's Atari preprocessing), synchronous (``batch_size == num_envs``), "next step"
+    autoreset.
+
+    ``first`` is left to :func:`~zoo.envs.core.finish_timestep` (every observation after a game
+    over): ALE reports the episode's frame number, which counts the no-op start frames, not an
+    agent-step counter like envpool's ``elapsed_step``. Its XLA interface (``xla()``) is ALE's own
+    FFI step, on CPU and GPU.
+    """
+
+    name = "ale"
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        num_envs: int,
+        seed: int,
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        kwargs = dict(kwargs)
+        self._envs = AtariVectorEnv(
+            ale_rom(env_id),
+            num_envs,
+            batch_size=num_envs,
+            autoreset_mode="NextStep",
+            **kwargs,
+        )
+        space = self._envs.single_observation_space
+        self.observation_shape = tuple(space.shape)
+        self.observation_dtype = np.dtype(space.dtype)
+        self.num_actions = int(self._envs.single_action_space.n)
+        frames = kwargs.get("max_num_frames_per_episode")
+        self.max_episode_steps: int | None = (
+            None if frames is None else int(frames) // int(kwargs.get("frameskip", 4))
+        )
+        self._seed: int | None = seed  # used by the first reset only
+        self._xla: tuple[Any, Callable, Callable, Callable] | None = None
+
+    def _raw(
+        self, xp: Any, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any
+    ) -> RawStep:
+        terminated = terminated.astype(bool)
+        truncated = truncated.astype(bool)
+        raw = RawStep(
+            obs,
+            reward.astype(xp.float32),
+            terminated,
+            truncated,
+            xp.zeros(terminated.shape, bool),  # finish_timestep: the step after a game over
+            terminated | truncated,
+            info["lives"].astype(xp.int32),
+        )
+        return _in_env_order(xp, raw, info["env_id"])
+
+    def reset(self) -> RawStep:
+        obs, info = self._envs.reset(seed=self._seed)
+        self._seed = None
+        n = len(info["env_id"])
+        zeros = np.zeros(n, bool)
+        return self._raw(np, obs, np.zeros(n, np.float32), zeros, zeros, info)
+
+    def step(self, actions: np.ndarray) -> RawStep:
+        return self._raw(np, *self._envs.step(actions))
+
+    def xla(self) -> tuple[Any, Callable, Callable, Callable]:
+        if self._xla is None:
+            try:
+                handle, _, xla_step = self._envs.xla()
+            except Exception as error:  # any failure of ALE's FFI bridge means "unavailable"
+                raise XlaUnavailableError(
+                    f"ALE's XLA interface failed ({type(error).__name__}: {error}) with jax "
+                    f"{_jax_version()}; use the host loop (VectorEnv.step)"
+                ) from error
+
+            def no_recv_send(*_: Any) -> Any:
+                raise XlaUnavailableError(
+                    "ALE's XLA interface has one step function, no separate recv/send"
+                )
+
+            self._xla = (handle, no_recv_send, no_recv_send, xla_step)
+        return self._xla
+
+    def xla_raw_step(self, output: Any) -> RawStep:
+        import jax.numpy as jnp
+
+        return self._raw(jnp, *output)
+
+    def close(self) -> None:
+        self._envs.close()
+
+
 def _check_discrete(action_space: Any, env_id: str, close: Callable[[], Any]) -> None:
     from gymnasium import spaces
 
@@ -159,9 +278,9 @@ def _observation_transform(
 class GymnasiumBackend:
     """``gymnasium.make_vec`` (synchronous) with ``AutoresetMode.NEXT_STEP``: envpool's semantics.
 
-    ``first`` is tracked here (gymnasium has no ``elapsed_step``): the observation after
-    :meth:`reset` and after any ``terminated`` or ``truncated``. ``game_over`` is
-    ``terminated | truncated`` (no gymnasium suite has lives here).
+    ``first`` is left to :func:`~zoo.envs.core.finish_timestep` (gymnasium has no
+    ``elapsed_step``): the observation after :meth:`reset` and after any game over.
+    ``game_over`` is ``terminated | truncated`` (no gymnasium suite has lives here).
     """
 
     name = "gymnasium"
@@ -202,19 +321,17 @@ class GymnasiumBackend:
         )
         self._num_envs = num_envs
         self._seed: int | None = seed  # used by the first reset only
-        self._done = np.zeros(num_envs, bool)
 
     def reset(self) -> RawStep:
         obs, _ = self._envs.reset(seed=self._seed)
         self._seed = None
-        self._done = np.zeros(self._num_envs, bool)
         flags = np.zeros(self._num_envs, bool)
         return RawStep(
             self._transform(obs),
             np.zeros(self._num_envs, np.float32),
             flags,
             flags,
-            np.ones(self._num_envs, bool),
+            flags,
             flags,
             np.zeros(self._num_envs, np.int32),
         )
@@ -223,15 +340,13 @@ class GymnasiumBackend:
         obs, reward, terminated, truncated, _ = self._envs.step(actions + self._action_start)
         terminated = np.asarray(terminated, bool)
         truncated = np.asarray(truncated, bool)
-        first = self._done
-        self._done = terminated | truncated
         return RawStep(
             self._transform(obs),
             np.asarray(reward, np.float32),
             terminated,
             truncated,
-            first,
-            self._done,
+            np.zeros(self._num_envs, bool),
+            terminated | truncated,
             np.zeros(self._num_envs, np.int32),
         )
 

@@ -1,8 +1,8 @@
 """The vectorised environment interface: :class:`VectorEnv`, :class:`TimeStep`, episode statistics.
 
-A :class:`VectorEnv` wraps one backend (envpool, or the gymnasium adapter) behind a single host API
-with envpool's "next step" autoreset semantics, and adds the flags a learner needs:
-``reward`` clipped per protocol in training next to the unclipped ``raw_reward``, ``first``,
+A :class:`VectorEnv` wraps one backend (envpool, ALE's vector env or the gymnasium adapter) behind
+a single host API with envpool's "next step" autoreset semantics, and adds the flags a learner
+needs: ``reward`` clipped per protocol in training next to the unclipped ``raw_reward``, ``first``,
 ``game_over`` and ``valid``. The semantics are documented, with what was measured, in
 :mod:`zoo.envs`.
 """
@@ -92,7 +92,10 @@ class RawStep(NamedTuple):
     """What a backend returns, in env-id order: the :class:`TimeStep` fields it knows itself.
 
     ``terminated`` is the real end of a game (never a lost life), ``first`` a game's first
-    observation and ``lives`` the lives left (zeros where the environment has none).
+    observation where the backend counts steps itself (envpool's ``elapsed_step == 0``; zeros
+    elsewhere: :func:`finish_timestep` also marks every observation after a game over as
+    ``first``, on every backend) and ``lives`` the lives left (zeros where the environment has
+    none).
     """
 
     observation: Any
@@ -159,7 +162,8 @@ def finish_timestep(
     share this one definition of ``reward``, ``valid``, the life-loss rules, the zero-padded
     frame stack and the flag dtypes:
 
-    - ``valid`` is False after the previous step's ``game_over`` (envpool auto-resets).
+    - ``valid`` is False after the previous step's ``game_over`` (the backend auto-resets), and
+      that observation is ``first``.
     - A life is lost where a valid step drops ``lives`` (dqn_zoo's ``ZeroDiscountOnLifeLoss``
       and Dopamine's ``terminal_on_life_loss`` compare lives the same way). With
       ``life_loss_terminal`` that step is ``terminated`` (discount 0) while the game goes on;
@@ -176,7 +180,7 @@ def finish_timestep(
     game_over = raw.game_over.astype(bool)
     lost = valid & (lives < state.lives)
     terminated = raw.terminated.astype(bool)
-    first = raw.first.astype(bool)
+    first = raw.first.astype(bool) | state.game_over.astype(bool)  # a game starts after one ends
     if rules.life_loss_terminal:
         terminated = terminated | lost
     if rules.life_loss_resets_stack:
@@ -218,7 +222,7 @@ class XlaHandle(NamedTuple):
 
 
 class Backend(Protocol):
-    """What :class:`VectorEnv` needs from an environment implementation (envpool or gymnasium)."""
+    """What :class:`VectorEnv` needs from a backend (envpool, ALE's vector env, gymnasium)."""
 
     name: str
     observation_shape: tuple[int, ...]
@@ -252,7 +256,7 @@ class VectorEnv:
         rewards) or evaluation settings.
       num_envs: number of environments ``N``.
       seed: the seed the environments were created with.
-      backend: ``"envpool"`` or ``"gymnasium"``.
+      backend: ``"envpool"``, ``"ale"`` or ``"gymnasium"``.
       observation_shape: shape of one observation, e.g. ``(4,)`` or ``(4, 84, 84)``.
       observation_dtype: numpy dtype of observations (``uint8`` for Atari frames).
       num_actions: size of the discrete action set.

@@ -13,7 +13,10 @@ Which backend runs an id (``backend="auto"``):
 4. Any other gymnasium id with a discrete action space, through the gymnasium adapter.
 
 ``backend="gymnasium"`` forces the adapter for an id gymnasium knows (e.g. to compare gymnasium's
-CartPole with envpool's); ``backend="envpool"`` refuses anything envpool does not run.
+CartPole with envpool's); ``backend="envpool"`` refuses anything envpool does not run;
+``backend="ale"`` runs the same Atari ids on ALE's own vector environment (ale-py, the ``ale``
+extra), under the same protocols (:meth:`~zoo.envs.Protocol.backend_gaps` says where one
+cannot be expressed there; ``docs/protocols.md`` records the measured differences).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from zoo.envs.backends import EnvpoolBackend, GymnasiumBackend
+from zoo.envs.backends import AleBackend, EnvpoolBackend, GymnasiumBackend
 from zoo.envs.core import (
     ProtocolMismatchError,
     UnknownEnvironmentError,
@@ -34,6 +37,7 @@ from zoo.envs.core import (
 from zoo.envs.protocols import PROTOCOLS, Protocol, Suite, get_protocol
 
 __all__ = [
+    "BACKENDS",
     "BackendName",
     "EnvironmentInfo",
     "ProtocolMismatchError",
@@ -43,7 +47,9 @@ __all__ = [
     "resolve_env",
 ]
 
-BackendName = Literal["auto", "envpool", "gymnasium"]
+BackendName = Literal["auto", "envpool", "ale", "gymnasium"]
+#: Every value of :data:`BackendName`, in the order errors list them.
+BACKENDS: tuple[str, ...] = ("auto", "envpool", "ale", "gymnasium")
 
 #: The protocol used when ``make`` is given none.
 DEFAULT_PROTOCOL: dict[Suite, str] = {
@@ -67,7 +73,7 @@ class EnvironmentInfo:
 
     env_id: str
     suite: Suite
-    backend: Literal["envpool", "gymnasium"]
+    backend: Literal["envpool", "ale", "gymnasium"]
 
 
 def _envpool_suites() -> dict[str, str]:
@@ -135,9 +141,11 @@ def resolve_env(env_id: str, backend: BackendName = "auto") -> EnvironmentInfo:
     """
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
-    if backend not in ("auto", "envpool", "gymnasium"):
-        raise ValueError(f"backend must be 'auto', 'envpool' or 'gymnasium', got {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     suites = _envpool_suites()
+    if backend == "ale":
+        return _resolve_ale(env_id, suites)
     is_minatar = env_id.lower().startswith("minatar/")
     minatar_installed = is_minatar and _register_minatar()
     gym_ids = set(_gymnasium_ids())
@@ -171,6 +179,29 @@ def resolve_env(env_id: str, backend: BackendName = "auto") -> EnvironmentInfo:
     raise _unknown(env_id, [*suites, *gym_ids], suites)
 
 
+def _resolve_ale(env_id: str, suites: Mapping[str, str]) -> EnvironmentInfo:
+    """``env_id`` on ALE's vector environment: Atari games only, by the same ids as envpool's."""
+    try:
+        from zoo.envs.backends import ale_rom
+
+        atari = _atari_id(env_id, suites)
+        if atari is not None:
+            ale_rom(atari)  # a ROM ale-py ships (all of envpool's games have one)
+            return EnvironmentInfo(atari, "atari", "ale")
+    except ImportError:
+        raise UnsupportedEnvironmentError(
+            "backend 'ale' needs ale-py (ALE's vector environment, ale-py>=0.11): "
+            "pip install 'zoo-rl[ale]'"
+        ) from None
+    if env_id in suites or env_id in set(_gymnasium_ids()):
+        raise UnsupportedEnvironmentError(
+            f"ALE's vector environment runs Atari games only, not {env_id!r}; leave the backend "
+            "at auto for it"
+        )
+    raise _unknown(env_id, [k for k, v in suites.items() if v == "envpool.atari"], suites,
+                   " among ALE's Atari games")  # fmt: skip
+
+
 def default_protocol(env_id: str) -> str:
     """The protocol an environment gets when none is named (by its suite)."""
     return DEFAULT_PROTOCOL[resolve_env(env_id).suite]
@@ -198,7 +229,8 @@ def make(
       seed: seeds the environments (envpool seeds env ``i`` with ``seed + i``; gymnasium likewise).
       training: the protocol's training settings (a lost life terminal where the protocol says
         so, clipped rewards) or its evaluation settings (unclipped rewards).
-      backend: ``"auto"``, or force ``"envpool"`` or ``"gymnasium"``.
+      backend: ``"auto"``, or force ``"envpool"``, ``"ale"`` (ALE's vector environment, for
+        Atari games) or ``"gymnasium"``.
       env_kwargs: extra keyword arguments of ``envpool.make``/``gymnasium.make``; they override
         the protocol's (e.g. ``{"max_episode_steps": 50}`` for a quick truncation test).
 
@@ -219,17 +251,25 @@ def make(
             f"protocol {resolved.name!r} is for {resolved.suite} environments, but "
             f"{info.env_id!r} is a {info.suite} environment; its protocols: {', '.join(usable)}"
         )
-    if info.backend == "envpool":
-        kwargs = {**resolved.envpool_kwargs(training, info.env_id), **(env_kwargs or {})}
-        if kwargs.get("episodic_life") or kwargs.get("zero_discount_on_life_loss"):
+    gaps = resolved.backend_gaps(info.backend)
+    if gaps:
+        raise UnsupportedEnvironmentError(
+            f"protocol {resolved.name!r} cannot be run exactly on the {info.backend} backend: "
+            + "; ".join(gaps)
+        )
+    env_backend: EnvpoolBackend | AleBackend | GymnasiumBackend
+    if info.backend in ("envpool", "ale"):
+        own = resolved.envpool_kwargs if info.backend == "envpool" else resolved.ale_kwargs
+        kwargs = {**own(training, info.env_id), **(env_kwargs or {})}
+        if any(kwargs.get(k) for k in ("episodic_life", "zero_discount_on_life_loss",
+                                       "life_loss_info")):  # fmt: skip
             raise ValueError(
-                "envpool's episodic_life and zero_discount_on_life_loss are not used: zoo reads "
+                f"{info.backend}'s episodic_life and life-loss signals are not used: zoo reads "
                 "info['lives'] and applies the protocol's life_loss_terminal and "
                 "life_loss_resets_stack itself (choose a protocol that has them)"
             )
-        env_backend: EnvpoolBackend | GymnasiumBackend = EnvpoolBackend(
-            info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs
-        )
+        kind = EnvpoolBackend if info.backend == "envpool" else AleBackend
+        env_backend = kind(info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs)
     else:
         kwargs = {**resolved.gymnasium_kwargs(training, info.env_id), **(env_kwargs or {})}
         env_backend = GymnasiumBackend(

@@ -124,6 +124,26 @@ def protocols_markdown() -> str:
     lines.append("")
     lines += [f"- `{name}`: {what}." for name, what in ASPECTS.items()]
     lines.append("")
+    lines += ["## Backends", ""]
+    lines.append(
+        "Every Atari protocol runs on envpool (`--env-backend auto` or `envpool`). ALE's own "
+        "vector environment (`--env-backend ale`, ale-py ≥ 0.11) runs the same ids under the "
+        "same protocol where it can express it, with the differences below, and refuses it "
+        "where it cannot. What was measured (frame-for-frame equality at one frame per step, "
+        "random play, throughput) is in `docs/backends.md`."
+    )
+    lines.append("")
+    lines.append("| protocol | ale |")
+    lines.append("|---|---|")
+    for p in atari:
+        gaps = p.backend_gaps("ale")
+        ale = (
+            "refused: " + "; ".join(gaps)
+            if gaps
+            else "runs; differs from envpool in: " + "; ".join(p.backend_differences("ale"))
+        )
+        lines.append(f"| `{p.name}` | {_escape(ale)} |")
+    lines.append("")
     others = [p for p in PROTOCOLS.values() if p.suite != "atari"]
     lines += ["## Other protocols", ""]
     for p in others:

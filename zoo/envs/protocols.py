@@ -343,6 +343,91 @@ class Protocol:
             "max_episode_steps": cap,
         }
 
+    def ale_kwargs(self, training: bool, env_id: str = "") -> dict[str, Any]:
+        """Keyword arguments of ALE's ``AtariVectorEnv`` (ale-py ≥ 0.11) for this protocol.
+
+        The same settings as :meth:`envpool_kwargs` under ALE's names. Two differ in meaning
+        (ALE ``src/ale/vector/preprocessed_env.cpp``, 0.12 [V]): ALE draws 0..``noop_max``−1
+        no-op frames (envpool 1..``noop_max``), so the protocol's ``noop_max=N`` is ALE's N+1,
+        0..N frames, and ``noop_max=0`` is no no-op at all; the episode cap counts frames (the
+        no-op frames not included), so it is ``max_episode_steps × frame_skip``.
+        :meth:`backend_differences` lists what stays different from envpool.
+
+        Raises:
+          ValueError: for a suite other than Atari.
+        """
+        del training  # the same settings in training and evaluation, as on envpool
+        if self.suite != "atari":
+            raise ValueError(f"protocol {self.name!r} ({self.suite}) does not run on ALE")
+        assert self.frame_shape is not None  # checked in __post_init__
+        cap = self.episode_steps_for(env_id)
+        kwargs: dict[str, Any] = {
+            "repeat_action_probability": self.sticky_action_prob,
+            "full_action_space": self.full_action_set,
+            "noop_max": self.noop_max + 1 if self.noop_max else 0,
+            "use_fire_reset": self.fire_reset,
+            "frameskip": self.frame_skip,
+            "stack_num": self.stack,
+            "img_height": self.frame_shape[0],
+            "img_width": self.frame_shape[1],
+            "grayscale": self.grayscale,
+            "maxpool": self.max_pool,
+            "episodic_life": False,  # zoo reads info["lives"], as on envpool
+            "life_loss_info": False,
+            "reward_clipping": False,  # zoo clips, keeping TimeStep.raw_reward unclipped
+        }
+        if cap is not None:
+            kwargs["max_num_frames_per_episode"] = cap * self.frame_skip
+        return kwargs
+
+    def backend_gaps(self, backend: str) -> tuple[str, ...]:
+        """Why ``backend`` cannot run this protocol as it is defined (empty: it can).
+
+        ``envpool`` and ``gymnasium`` run the suites :func:`zoo.envs.resolve_env` sends them;
+        ALE's vector environment runs Atari protocols except those that press FIRE after no-op
+        starts: ALE presses FIRE first and counts it as one of the no-op frames, envpool
+        presses it after them (``purejaxql_atari``), so a game's first frames cannot be the
+        protocol's.
+        """
+        if backend != "ale":
+            return ()
+        if self.suite != "atari":
+            return (f"ALE's vector environment runs Atari games, not the {self.suite} suite",)
+        if self.fire_reset and self.noop_max:
+            return (
+                "ALE presses FIRE before the no-op starts and counts it as one of them "
+                "(envpool presses it after 1..noop_max no-op frames): the protocol's game "
+                "starts cannot be reproduced; use the envpool backend",
+            )
+        return ()
+
+    def backend_differences(self, backend: str) -> tuple[str, ...]:
+        """What ``backend`` does differently from envpool under this protocol, each in a sentence
+        (measured in ``tests/test_envs_ale.py``; ``docs/protocols.md`` has the figures).
+
+        Empty for envpool itself and for non-Atari suites.
+        """
+        if backend != "ale" or self.suite != "atari" or self.backend_gaps(backend):
+            return ()
+        if self.noop_max:
+            noops = (
+                f"no-op starts of 0..{self.noop_max} frames (ALE noop_max={self.noop_max + 1}), "
+                f"where envpool draws 1..{self.noop_max}"
+            )
+        else:
+            noops = (
+                "no no-op frame after a game's reset, as the sources without no-op starts "
+                "(envpool runs one fixed no-op frame: its noop_max=0 crashes)"
+            )
+        return (
+            noops,
+            "a game that ends on the step that reaches the episode cap is terminated, not "
+            "truncated (envpool: truncated)",
+            "the newest frame of a game's last observation leaves out the screen at the "
+            "game's end (ALE stops the frame skip before grabbing it and, at one frame per "
+            "step, repeats the step before's frame; envpool grabs it)",
+        )
+
     def gymnasium_kwargs(self, training: bool, env_id: str = "") -> dict[str, Any]:
         """Keyword arguments of ``gymnasium.make`` for this protocol (``training`` is unused);
         ``env_id`` picks its game's episode cap (:meth:`episode_steps_for`)."""
@@ -357,6 +442,18 @@ class Protocol:
         if cap is not None:
             kwargs["max_episode_steps"] = cap
         return kwargs
+
+    def backends_text(self) -> str:
+        """Which backends run this protocol, in a line (``zoo show``, ``zoo list``)."""
+        if self.suite == "minatar":
+            return "gymnasium (the MinAtar package)"
+        if self.suite == "classic":
+            return "envpool for its classic-control ids (auto), gymnasium for any gymnasium id"
+        gaps = self.backend_gaps("ale")
+        if gaps:
+            return f"envpool (auto); not ale: {gaps[0]}"
+        count = len(self.backend_differences("ale"))
+        return f"envpool (auto), ale ({count} differences from envpool: docs/protocols.md)"
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain Python values, with :attr:`differences`, for run records."""
@@ -378,6 +475,7 @@ class Protocol:
         if self.game_episode_frames:
             caps = ", ".join(f"{game} {frames:,}" for game, frames in self.game_episode_frames)
             lines.append(f"  max_episode_frames by game: {caps}")
+        lines.append(f"  backends: {self.backends_text()}")
         if self.differences:
             follows = self.sources[-1].split()[0]
             lines.append(

@@ -159,6 +159,7 @@ def _train(request: TrainRequest) -> RunResult:
             num_envs=settings.num_envs,
             seed=group.seed(settings.seed),
             training=True,
+            backend=settings.env_backend,
         )
         try:
             result = trainer.train_opened(opened, env, group, request.progress and group.main)

@@ -84,7 +84,8 @@ def new_settings(
     values = run_settings.new_run(
         given, defaults, lambda env: default_protocol(resolve_env(env).env_id)
     )
-    values["env"] = resolve_env(values["env"]).env_id  # unknown ids fail before anything is written
+    # unknown ids, and ids the backend does not run, fail before anything is written
+    values["env"] = resolve_env(values["env"], values["env_backend"]).env_id
     values["protocol"] = get_protocol(values["protocol"]).name
     who = str(algorithm if not isinstance(algorithm, AlgorithmSpec) else spec.name)
     try:

@@ -82,6 +82,7 @@ def evaluator(
                 num_envs=settings.eval_envs,
                 epsilon=spec.schedule.eval_epsilon,
                 progress=shown if show_progress else None,
+                backend=settings.env_backend,
             )
         record = {
             "env_steps": env_steps,
@@ -229,7 +230,14 @@ def _load_policy(
     spec = recorded_spec(run_path, created, "load")
     if not checkpoint_steps(run_path):
         raise RunRefusedError(f"{run_path} has no checkpoint yet (nothing to load)")
-    with make(settings.env, protocol=settings.protocol, num_envs=1, seed=0, training=False) as env:
+    with make(
+        settings.env,
+        protocol=settings.protocol,
+        num_envs=1,
+        seed=0,
+        training=False,
+        backend=settings.env_backend,
+    ) as env:
         shape, num_actions = env.observation_shape, env.num_actions
     network = build_network(
         spec, observation_shape=shape, num_actions=num_actions, key=jax.random.PRNGKey(0)
@@ -291,6 +299,7 @@ def evaluate_run(
         num_envs=num_envs,
         epsilon=spec.schedule.eval_epsilon,
         progress=shown,
+        backend=settings.env_backend,
     )
     if shown is not None:
         shown.close()

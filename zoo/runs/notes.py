@@ -25,6 +25,20 @@ def new_run_notes(spec: AlgorithmSpec, settings: RunSettings) -> None:
     _note_exploration(spec, settings)
     _note_minibatch(spec, settings)
     _note_updates(spec, settings)
+    _note_backend(settings)
+
+
+def _note_backend(settings: RunSettings) -> None:
+    """Say what the chosen backend does differently from envpool under the run's protocol
+    (:meth:`zoo.envs.Protocol.backend_differences`): ALE's no-op starts and episode ends."""
+    from zoo.envs.protocols import get_protocol  # plain data: no JAX, no envpool
+
+    differences = get_protocol(settings.protocol).backend_differences(settings.env_backend)
+    if differences:
+        say(
+            f"note: on the {settings.env_backend} backend, protocol {settings.protocol} differs "
+            "from envpool in: " + "; ".join(differences) + " (docs/protocols.md, Backends)"
+        )
 
 
 def _note_exploration(spec: AlgorithmSpec, settings: RunSettings) -> None:

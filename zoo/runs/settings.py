@@ -209,6 +209,23 @@ class RunSettings(BaseModel):
             new=_protocol,
         ),
     ] = Field(description="evaluation protocol")
+    env_backend: Annotated[
+        Literal["auto", "envpool", "ale", "gymnasium"],
+        Arg(
+            "what runs the environments: auto (default: envpool for Atari and classic control, "
+            "gymnasium for the rest), envpool, ale (ALE's own vector env, Atari games: pip "
+            "install 'zoo-rl[ale]') or gymnasium",
+            flag="--env-backend",
+            elsewhere={
+                "reproduce": Elsewhere("what runs the environments of new runs (as zoo train)"),
+                "bench": Elsewhere("what runs the environments of new runs (as zoo train)"),
+            },
+        ),
+    ] = Field(
+        "auto",
+        description="the environment backend (zoo.envs.make's backend): auto, envpool, ale or "
+        "gymnasium; auto in runs made before the setting existed",
+    )
     eval_every: Annotated[
         int,
         Arg(
