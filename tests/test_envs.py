@@ -288,16 +288,20 @@ def check_next_step_autoreset(env: ze.VectorEnv) -> None:
     assert after.valid[0] and not after.first[0]
 
 
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium", "gymnax"])
 @pytest.mark.compiled
-def test_cartpole_next_step_autoreset():
-    with ze.make("CartPole-v1", seed=0) as env:
+def test_cartpole_next_step_autoreset(backend):
+    with ze.make("CartPole-v1", seed=0, backend=backend) as env:
         check_next_step_autoreset(env)
 
 
+@pytest.mark.parametrize(
+    ("backend", "cap"), [("envpool", "max_episode_steps"), ("gymnax", "max_steps_in_episode")]
+)
 @pytest.mark.compiled
-def test_cartpole_truncation():
+def test_cartpole_truncation(backend, cap):
     alternate = iter(np.arange(10_000) % 2)
-    with ze.make("CartPole-v1", seed=0, env_kwargs={"max_episode_steps": 20}) as env:
+    with ze.make("CartPole-v1", seed=0, backend=backend, env_kwargs={cap: 20}) as env:
         _, last = run_until(
             env, lambda ts: ts.truncated[0] or ts.terminated[0], lambda _: [next(alternate)]
         )
@@ -307,7 +311,10 @@ def test_cartpole_truncation():
         assert nxt.first[0] and not nxt.valid[0] and nxt.reward[0] == 0.0
         assert env.max_episode_steps == 20
     # The default cap of CartPole-v1 is 500 steps.
-    with ze.make("CartPole-v1") as env, ze.make("CartPole-v1", backend="gymnasium") as gym_env:
+    with (
+        ze.make("CartPole-v1", backend=backend) as env,
+        ze.make("CartPole-v1", backend="gymnasium") as gym_env,
+    ):
         assert env.max_episode_steps == gym_env.max_episode_steps == 500
 
 

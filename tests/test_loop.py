@@ -64,8 +64,8 @@ def small(name: str, updates_per_period: int = 1, extra: dict | None = None) -> 
     return zoo.load_algorithm(base, overrides={**overrides, **(extra or {})})
 
 
-def build(spec, num_envs: int):
-    env = make("CartPole-v1", num_envs=num_envs, seed=3)
+def build(spec, num_envs: int, backend: str = "auto"):
+    env = make("CartPole-v1", num_envs=num_envs, seed=3, backend=backend)
     net = zoo.build_network(
         spec,
         observation_shape=env.observation_shape,
@@ -217,10 +217,14 @@ class _Events:
         return {"mean_return": 0.0}
 
 
-def test_a_compiled_run_compiles_its_chunk_once_and_matches_the_host_run():
+@pytest.mark.parametrize("backend", ["envpool", "gymnax"])
+def test_a_compiled_run_compiles_its_chunk_once_and_matches_the_host_run(backend):
     """Event periods with an awkward common divisor (5 transitions), a budget that no chunk
     divides (601 of 2 environments): the compiled driver cuts its chunks at the events and the
-    budget's end, all with one program, and the run is the host driver's, event for event."""
+    budget's end, all with one program, and the run is the host driver's, event for event. On
+    gymnax the environments themselves step inside that program (their pool is the handle)."""
+    if backend == "gymnax":
+        pytest.importorskip("gymnax")
     spec = small("dqn")
     settings = RunSettings(
         algorithm="dqn", env="CartPole-v1", protocol="none", num_envs=2, seed=0,
@@ -229,7 +233,7 @@ def test_a_compiled_run_compiles_its_chunk_once_and_matches_the_host_run():
     )  # fmt: skip
     runs = {}
     for path in ("host", "compiled"):
-        env, loop, carry = build(spec, 2)
+        env, loop, carry = build(spec, 2, backend)
         events = _Events()
         trainer = Trainer(loop, settings, path, events, events, events.evaluate, progress=False)
         runs[path] = trainer.run(carry), trainer, events, loop.driver(path)

@@ -1,10 +1,10 @@
 """The environment backends behind :class:`~zoo.envs.VectorEnv`: envpool, ALE's own vector
-environment and gymnasium.
+environment, gymnasium and gymnax (JAX-native: its step runs inside a compiled loop).
 
 Each returns a :class:`~zoo.envs.core.RawStep` in env-id order with "next step" autoreset (the step
 after ``terminated`` or ``truncated`` ignores its action and returns the new episode's first
-observation with reward 0 and both flags false). envpool, ale-py and gymnasium are imported when a
-backend is built, not when :mod:`zoo.envs` is imported.
+observation with reward 0 and both flags false). envpool, ale-py, gymnasium and gymnax are imported
+when a backend is built, not when :mod:`zoo.envs` is imported.
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ import numpy as np
 
 from zoo.envs.core import RawStep, UnsupportedEnvironmentError, XlaUnavailableError
 
-__all__ = ["AleBackend", "EnvpoolBackend", "GymnasiumBackend", "ale_rom"]
+__all__ = [
+    "GYMNAX_IDS",
+    "AleBackend",
+    "EnvpoolBackend",
+    "GymnasiumBackend",
+    "GymnaxBackend",
+    "ale_rom",
+    "gymnax_id",
+]
 
 
 def _in_env_order(xp: Any, raw: RawStep, env_id: Any) -> RawStep:
@@ -361,3 +369,146 @@ class GymnasiumBackend:
 
     def close(self) -> None:
         self._envs.close()
+
+
+#: zoo's ids of the environments gymnax runs -> gymnax's ids (``zoo.envs.resolve_env``).
+GYMNAX_IDS: Mapping[str, str] = {
+    "CartPole-v1": "CartPole-v1",
+    "Acrobot-v1": "Acrobot-v1",
+    "MountainCar-v0": "MountainCar-v0",
+    **{
+        f"MinAtar/{game}-v1": f"{game}-MinAtar"
+        for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+    },
+}
+
+
+def gymnax_id(env_id: str) -> str | None:
+    """gymnax's id of a zoo environment id (``"MinAtar/Breakout-v1"`` -> ``"Breakout-MinAtar"``),
+    or ``None`` where gymnax has no such environment."""
+    return GYMNAX_IDS.get(env_id)
+
+
+class GymnaxBackend:
+    """gymnax's JAX-native environments (Lange 2022, gymnax ≥ 1.0), vmapped over ``num_envs``.
+
+    The whole pool is a pytree, the *inner handle* ``(states, key, done)``: the step is a pure
+    JAX function of it, so :meth:`xla` hands it to a compiled loop, where the environment steps
+    inside the program (no host round trip). The host path (:meth:`step`) calls the same
+    function, jitted. "Next step" autoreset as envpool's: the step after ``terminated`` or
+    ``truncated`` resets (gymnax's ``reset_env``), ignores its action and returns reward 0 and
+    both flags false (gymnax's own ``step`` resets within the step instead). ``truncated`` is
+    gymnax's ``is_truncated`` (``time >= max_steps_in_episode``) where the game did not also
+    terminate. Each environment draws its own keys from one key seeded with ``seed``.
+    """
+
+    name = "gymnax"
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        num_envs: int,
+        seed: int,
+        kwargs: Mapping[str, Any],
+        channels_last_to_first: bool = False,
+    ) -> None:
+        import gymnax
+        import jax
+        import jax.numpy as jnp
+
+        name = gymnax_id(env_id)
+        if name is None:
+            raise UnsupportedEnvironmentError(f"gymnax has no environment {env_id!r}")
+        env, params = gymnax.make(name)
+        params = params.replace(**kwargs)
+        probe = jax.eval_shape(lambda key: env.reset_env(key, params)[0], jax.random.PRNGKey(0))
+        shape = tuple(probe.shape)
+        if channels_last_to_first:  # MinAtar: [10, 10, C] bool -> [C, 10, 10] float32 of 0/1
+            shape = (shape[-1], *shape[:-1])
+        self.observation_shape = shape
+        self.observation_dtype = np.dtype(np.float32)
+        self.num_actions = int(env.num_actions)
+        self.max_episode_steps: int | None = int(params.max_steps_in_episode)
+        self._num_envs = num_envs
+        self._key = jax.random.PRNGKey(seed)
+        self._inner: Any = None
+
+        def observe(obs: Any) -> Any:
+            obs = jnp.asarray(obs, jnp.float32)
+            return jnp.moveaxis(obs, -1, 1) if channels_last_to_first else obs
+
+        reset_all = jax.vmap(env.reset_env, in_axes=(0, None))
+        step_all = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
+        truncated_all = jax.vmap(env.is_truncated, in_axes=(0, None))
+
+        def reset(key: Any) -> tuple[Any, Any]:
+            key, sub = jax.random.split(key)
+            obs, states = reset_all(jax.random.split(sub, num_envs), params)
+            return (states, key, jnp.zeros(num_envs, bool)), observe(obs)
+
+        def step(inner: Any, actions: Any) -> tuple[Any, tuple[Any, ...]]:
+            states, key, done = inner
+            key, step_key, reset_key = jax.random.split(key, 3)
+            obs, new, reward, terminated, _ = step_all(
+                jax.random.split(step_key, num_envs), states, actions, params
+            )
+            truncated = truncated_all(new, params) & ~terminated
+            fresh_obs, fresh = reset_all(jax.random.split(reset_key, num_envs), params)
+
+            def pick(a: Any, b: Any) -> Any:
+                return jnp.where(done.reshape(-1, *([1] * (a.ndim - 1))), a, b)
+
+            states = jax.tree.map(pick, fresh, new)
+            obs = pick(fresh_obs, obs)
+            reward = jnp.where(done, 0.0, reward).astype(jnp.float32)
+            terminated = terminated & ~done
+            truncated = truncated & ~done
+            return (states, key, terminated | truncated), (observe(obs), reward, terminated,
+                                                           truncated)  # fmt: skip
+
+        self._reset = jax.jit(reset)
+        self._step = step
+        self._host_step = jax.jit(step)
+
+    def _raw(self, xp: Any, output: tuple[Any, ...]) -> RawStep:
+        obs, reward, terminated, truncated = output
+        n = self._num_envs
+        return RawStep(
+            obs,
+            reward,
+            terminated,
+            truncated,
+            xp.zeros(n, bool),  # finish_timestep: the step after a game over
+            terminated | truncated,
+            xp.zeros(n, xp.int32),
+        )
+
+    def reset(self) -> RawStep:
+        self._inner, obs = self._reset(self._key)
+        self._key = self._inner[1]
+        n = self._num_envs
+        zeros = np.zeros(n, bool)
+        return self._raw(np, (np.asarray(obs), np.zeros(n, np.float32), zeros, zeros))
+
+    def step(self, actions: np.ndarray) -> RawStep:
+        if self._inner is None:
+            raise RuntimeError("call reset() before step()")
+        self._inner, output = self._host_step(self._inner, actions)
+        return self._raw(np, tuple(np.asarray(x) for x in output))
+
+    def xla(self) -> tuple[Any, Callable, Callable, Callable]:
+        """``(inner handle, -, -, step)``: the pool as the host left it, and the pure step."""
+
+        def no_recv_send(*_: Any) -> Any:
+            raise XlaUnavailableError("gymnax has one step function, no separate recv/send")
+
+        return self._inner, no_recv_send, no_recv_send, self._step
+
+    def xla_raw_step(self, output: Any) -> RawStep:
+        import jax.numpy as jnp
+
+        return self._raw(jnp, output)
+
+    def close(self) -> None:
+        self._inner = None

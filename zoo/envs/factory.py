@@ -14,9 +14,11 @@ Which backend runs an id (``backend="auto"``):
 
 ``backend="gymnasium"`` forces the adapter for an id gymnasium knows (e.g. to compare gymnasium's
 CartPole with envpool's); ``backend="envpool"`` refuses anything envpool does not run;
-``backend="ale"`` runs the same Atari ids on ALE's own vector environment (ale-py, the ``ale``
-extra), under the same protocols (:meth:`~zoo.envs.Protocol.backend_gaps` says where one
-cannot be expressed there; ``docs/protocols.md`` records the measured differences).
+``backend="gymnax"`` runs classic control and MinAtar on gymnax's JAX ports (the ``gymnax``
+extra), whose step a compiled loop runs inside its program; ``backend="ale"`` runs the same Atari
+ids on ALE's own vector environment (ale-py, the ``ale`` extra). Both run the same protocols;
+:meth:`~zoo.envs.Protocol.backend_gaps` says where one cannot be expressed on a backend (it is
+refused) and :meth:`~zoo.envs.Protocol.backend_differences` what differs (``docs/backends.md``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from zoo.envs.backends import AleBackend, EnvpoolBackend, GymnasiumBackend
+from zoo.envs.backends import (
+    GYMNAX_IDS,
+    AleBackend,
+    EnvpoolBackend,
+    GymnasiumBackend,
+    GymnaxBackend,
+    gymnax_id,
+)
 from zoo.envs.core import (
     ProtocolMismatchError,
     UnknownEnvironmentError,
@@ -47,9 +56,9 @@ __all__ = [
     "resolve_env",
 ]
 
-BackendName = Literal["auto", "envpool", "ale", "gymnasium"]
+BackendName = Literal["auto", "envpool", "ale", "gymnasium", "gymnax"]
 #: Every value of :data:`BackendName`, in the order errors list them.
-BACKENDS: tuple[str, ...] = ("auto", "envpool", "ale", "gymnasium")
+BACKENDS: tuple[str, ...] = ("auto", "envpool", "ale", "gymnasium", "gymnax")
 
 #: The protocol used when ``make`` is given none.
 DEFAULT_PROTOCOL: dict[Suite, str] = {
@@ -73,7 +82,7 @@ class EnvironmentInfo:
 
     env_id: str
     suite: Suite
-    backend: Literal["envpool", "ale", "gymnasium"]
+    backend: Literal["envpool", "ale", "gymnasium", "gymnax"]
 
 
 def _envpool_suites() -> dict[str, str]:
@@ -146,6 +155,8 @@ def resolve_env(env_id: str, backend: BackendName = "auto") -> EnvironmentInfo:
     suites = _envpool_suites()
     if backend == "ale":
         return _resolve_ale(env_id, suites)
+    if backend == "gymnax":
+        return _resolve_gymnax(env_id)
     is_minatar = env_id.lower().startswith("minatar/")
     minatar_installed = is_minatar and _register_minatar()
     gym_ids = set(_gymnasium_ids())
@@ -202,6 +213,24 @@ def _resolve_ale(env_id: str, suites: Mapping[str, str]) -> EnvironmentInfo:
                    " among ALE's Atari games")  # fmt: skip
 
 
+def _resolve_gymnax(env_id: str) -> EnvironmentInfo:
+    """``env_id`` on gymnax: the classic-control and MinAtar environments it ports to JAX."""
+    try:
+        import gymnax  # noqa: F401
+    except ImportError:
+        raise UnsupportedEnvironmentError(
+            "backend 'gymnax' needs gymnax (JAX-native environments, gymnax>=1.0): "
+            "pip install 'zoo-rl[gymnax]'"
+        ) from None
+    if gymnax_id(env_id) is None:
+        raise UnsupportedEnvironmentError(
+            f"gymnax runs {', '.join(GYMNAX_IDS)} here, not {env_id!r}; leave the backend at "
+            "auto for it"
+        )
+    suite: Suite = "minatar" if env_id.startswith("MinAtar/") else "classic"
+    return EnvironmentInfo(env_id, suite, "gymnax")
+
+
 def default_protocol(env_id: str) -> str:
     """The protocol an environment gets when none is named (by its suite)."""
     return DEFAULT_PROTOCOL[resolve_env(env_id).suite]
@@ -230,7 +259,8 @@ def make(
       training: the protocol's training settings (a lost life terminal where the protocol says
         so, clipped rewards) or its evaluation settings (unclipped rewards).
       backend: ``"auto"``, or force ``"envpool"``, ``"ale"`` (ALE's vector environment, for
-        Atari games) or ``"gymnasium"``.
+        Atari games), ``"gymnasium"`` or ``"gymnax"`` (JAX-native classic control and MinAtar,
+        stepped inside compiled loops).
       env_kwargs: extra keyword arguments of ``envpool.make``/``gymnasium.make``; they override
         the protocol's (e.g. ``{"max_episode_steps": 50}`` for a quick truncation test).
 
@@ -257,7 +287,7 @@ def make(
             f"protocol {resolved.name!r} cannot be run exactly on the {info.backend} backend: "
             + "; ".join(gaps)
         )
-    env_backend: EnvpoolBackend | AleBackend | GymnasiumBackend
+    env_backend: EnvpoolBackend | AleBackend | GymnasiumBackend | GymnaxBackend
     if info.backend in ("envpool", "ale"):
         own = resolved.envpool_kwargs if info.backend == "envpool" else resolved.ale_kwargs
         kwargs = {**own(training, info.env_id), **(env_kwargs or {})}
@@ -270,6 +300,15 @@ def make(
             )
         kind = EnvpoolBackend if info.backend == "envpool" else AleBackend
         env_backend = kind(info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs)
+    elif info.backend == "gymnax":
+        kwargs = {**resolved.gymnax_kwargs(training, info.env_id), **(env_kwargs or {})}
+        env_backend = GymnaxBackend(
+            info.env_id,
+            num_envs=num_envs,
+            seed=seed,
+            kwargs=kwargs,
+            channels_last_to_first=info.suite == "minatar",
+        )
     else:
         kwargs = {**resolved.gymnasium_kwargs(training, info.env_id), **(env_kwargs or {})}
         env_backend = GymnasiumBackend(

@@ -380,6 +380,19 @@ class Protocol:
             kwargs["max_num_frames_per_episode"] = cap * self.frame_skip
         return kwargs
 
+    def gymnax_kwargs(self, training: bool, env_id: str = "") -> dict[str, Any]:
+        """gymnax ``EnvParams`` fields for this protocol: the episode cap where it sets one
+        (``max_steps_in_episode``; else gymnax's own, e.g. CartPole-v1's 500).
+
+        Raises:
+          ValueError: for an Atari protocol (gymnax runs no Atari games).
+        """
+        del training  # gymnax's environments do not differ between training and evaluation
+        if self.suite == "atari":
+            raise ValueError(f"protocol {self.name!r} runs Atari games, which gymnax does not")
+        cap = self.episode_steps_for(env_id)
+        return {} if cap is None else {"max_steps_in_episode": cap}
+
     def backend_gaps(self, backend: str) -> tuple[str, ...]:
         """Why ``backend`` cannot run this protocol as it is defined (empty: it can).
 
@@ -389,6 +402,15 @@ class Protocol:
         presses it after them (``purejaxql_atari``), so a game's first frames cannot be the
         protocol's.
         """
+        if backend == "gymnax":
+            if self.suite == "atari":
+                return ("gymnax runs no Atari games",)
+            if self.sticky_action_prob or (self.suite == "minatar" and self.full_action_set):
+                return (
+                    "gymnax's MinAtar ports have no sticky actions and play each game's minimal "
+                    "action set (protocol gymnax_minatar has their settings)",
+                )
+            return ()
         if backend != "ale":
             return ()
         if self.suite != "atari":
@@ -405,9 +427,18 @@ class Protocol:
         """What ``backend`` does differently from envpool under this protocol, each in a sentence
         (measured in ``tests/test_envs_ale.py``; ``docs/protocols.md`` has the figures).
 
-        Empty for envpool itself and for non-Atari suites.
+        Empty for envpool itself, gymnasium, and where the backend is refused.
         """
-        if backend != "ale" or self.suite != "atari" or self.backend_gaps(backend):
+        if self.backend_gaps(backend):
+            return ()
+        if backend == "gymnax":
+            if self.suite == "minatar":
+                return (
+                    "the games are gymnax's JAX ports of MinAtar (purejaxql's), not the MinAtar "
+                    "package's",
+                )
+            return ("the environment is gymnax's JAX port (its own initial-state draws)",)
+        if backend != "ale" or self.suite != "atari":
             return ()
         if self.noop_max:
             noops = (
@@ -445,10 +476,14 @@ class Protocol:
 
     def backends_text(self) -> str:
         """Which backends run this protocol, in a line (``zoo show``, ``zoo list``)."""
+        gymnax = "" if self.backend_gaps("gymnax") else "; gymnax (its JAX ports)"
         if self.suite == "minatar":
-            return "gymnasium (the MinAtar package)"
+            return "gymnasium (the MinAtar package, auto)" + gymnax
         if self.suite == "classic":
-            return "envpool for its classic-control ids (auto), gymnasium for any gymnasium id"
+            return (
+                "envpool for its classic-control ids (auto), gymnasium for any gymnasium id"
+                + gymnax
+            )
         gaps = self.backend_gaps("ale")
         if gaps:
             return f"envpool (auto); not ale: {gaps[0]}"

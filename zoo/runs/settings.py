@@ -210,11 +210,12 @@ class RunSettings(BaseModel):
         ),
     ] = Field(description="evaluation protocol")
     env_backend: Annotated[
-        Literal["auto", "envpool", "ale", "gymnasium"],
+        Literal["auto", "envpool", "ale", "gymnasium", "gymnax"],
         Arg(
             "what runs the environments: auto (default: envpool for Atari and classic control, "
             "gymnasium for the rest), envpool, ale (ALE's own vector env, Atari games: pip "
-            "install 'zoo-rl[ale]') or gymnasium",
+            "install 'zoo-rl[ale]'), gymnasium, or gymnax (JAX-native classic control and "
+            "MinAtar, stepped inside compiled loops: pip install 'zoo-rl[gymnax]')",
             flag="--env-backend",
             elsewhere={
                 "reproduce": Elsewhere("what runs the environments of new runs (as zoo train)"),
@@ -223,8 +224,8 @@ class RunSettings(BaseModel):
         ),
     ] = Field(
         "auto",
-        description="the environment backend (zoo.envs.make's backend): auto, envpool, ale or "
-        "gymnasium; auto in runs made before the setting existed",
+        description="the environment backend (zoo.envs.make's backend): auto, envpool, ale, "
+        "gymnasium or gymnax; auto in runs made before the setting existed",
     )
     eval_every: Annotated[
         int,
