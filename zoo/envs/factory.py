@@ -27,7 +27,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from zoo.envs.backends import (
     GYMNAX_IDS,
@@ -56,9 +56,10 @@ __all__ = [
     "resolve_env",
 ]
 
+#: What runs an environment: see the module docstring.
 BackendName = Literal["auto", "envpool", "ale", "gymnasium", "gymnax"]
 #: Every value of :data:`BackendName`, in the order errors list them.
-BACKENDS: tuple[str, ...] = ("auto", "envpool", "ale", "gymnasium", "gymnax")
+BACKENDS: tuple[str, ...] = get_args(BackendName)
 
 #: The protocol used when ``make`` is given none.
 DEFAULT_PROTOCOL: dict[Suite, str] = {
@@ -261,8 +262,10 @@ def make(
       backend: ``"auto"``, or force ``"envpool"``, ``"ale"`` (ALE's vector environment, for
         Atari games), ``"gymnasium"`` or ``"gymnax"`` (JAX-native classic control and MinAtar,
         stepped inside compiled loops).
-      env_kwargs: extra keyword arguments of ``envpool.make``/``gymnasium.make``; they override
-        the protocol's (e.g. ``{"max_episode_steps": 50}`` for a quick truncation test).
+      env_kwargs: extra keyword arguments of the backend's constructor (``envpool.make``, ALE's
+        ``AtariVectorEnv``, ``gymnasium.make``, or gymnax's ``EnvParams`` fields); they
+        override the protocol's (e.g. ``{"max_episode_steps": 50}`` on envpool for a quick
+        truncation test).
 
     Raises:
       UnknownEnvironmentError: the id is unknown (the message lists close matches).

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field
 
+from zoo.envs.factory import BackendName
 from zoo.runs.errors import RunRefusedError
 
 __all__ = [
@@ -210,7 +211,7 @@ class RunSettings(BaseModel):
         ),
     ] = Field(description="evaluation protocol")
     env_backend: Annotated[
-        Literal["auto", "envpool", "ale", "gymnasium", "gymnax"],
+        BackendName,
         Arg(
             "what runs the environments: auto (default: envpool for Atari and classic control, "
             "gymnasium for the rest), envpool, ale (ALE's own vector env, Atari games: pip "
