@@ -175,6 +175,10 @@ def test_async_on_forced_devices_places_the_actor_and_a_data_parallel_learner(tm
 class _FailingCartPole(gym.Wrapper):
     """CartPole whose 300th step raises, as a crashed simulator would."""
 
+    # a class-level dict: gymnasium < 1.4's make() checks the entry point's class attribute,
+    # where a Wrapper has a property
+    metadata = {"render_modes": []}  # noqa: RUF012
+
     def __init__(self):
         super().__init__(gym.make("CartPole-v1"))
         self.steps = 0

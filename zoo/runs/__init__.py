@@ -155,11 +155,10 @@ def _train(request: TrainRequest) -> RunResult:
             request.on_start(opened.path)
         env = envs.make(
             settings.env,
-            protocol=settings.protocol,
             num_envs=settings.num_envs,
             seed=group.seed(settings.seed),
             training=True,
-            backend=settings.env_backend,
+            **settings.env_args(),
         )
         try:
             result = trainer.train_opened(opened, env, group, request.progress and group.main)

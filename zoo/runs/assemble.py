@@ -159,12 +159,7 @@ def preflight(spec: AlgorithmSpec, settings: RunSettings, group: ProcessGroup) -
     """A new run's blueprint, laid out before its directory is written (one environment is
     opened to read its observation)."""
     with make(
-        settings.env,
-        protocol=settings.protocol,
-        num_envs=1,
-        seed=settings.seed,
-        training=True,
-        backend=settings.env_backend,
+        settings.env, num_envs=1, seed=settings.seed, training=True, **settings.env_args()
     ) as probe:
         return blueprint(spec, settings, probe, group)
 

@@ -75,14 +75,13 @@ def evaluator(
             result = evaluate(
                 policy,
                 settings.env,
-                settings.protocol,
                 episodes=settings.eval_episodes,
                 seed=_seed31(settings.seed + 1 + env_steps),
                 max_steps=settings.eval_max_steps,
                 num_envs=settings.eval_envs,
                 epsilon=spec.schedule.eval_epsilon,
                 progress=shown if show_progress else None,
-                backend=settings.env_backend,
+                **settings.env_args(),
             )
         record = {
             "env_steps": env_steps,
@@ -230,14 +229,7 @@ def _load_policy(
     spec = recorded_spec(run_path, created, "load")
     if not checkpoint_steps(run_path):
         raise RunRefusedError(f"{run_path} has no checkpoint yet (nothing to load)")
-    with make(
-        settings.env,
-        protocol=settings.protocol,
-        num_envs=1,
-        seed=0,
-        training=False,
-        backend=settings.env_backend,
-    ) as env:
+    with make(settings.env, num_envs=1, seed=0, training=False, **settings.env_args()) as env:
         shape, num_actions = env.observation_shape, env.num_actions
     network = build_network(
         spec, observation_shape=shape, num_actions=num_actions, key=jax.random.PRNGKey(0)
@@ -292,14 +284,13 @@ def evaluate_run(
     result = evaluate(
         policy,
         settings.env,
-        settings.protocol,
         episodes=episodes,
         seed=seed,
         max_steps=max_steps,
         num_envs=num_envs,
         epsilon=spec.schedule.eval_epsilon,
         progress=shown,
-        backend=settings.env_backend,
+        **settings.env_args(),
     )
     if shown is not None:
         shown.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from zoo import spec as spec_lib
+from zoo.envs.protocols import get_protocol  # plain data: no JAX, no envpool
 from zoo.runs.settings import RunSettings
 from zoo.spec import AlgorithmSpec
 
@@ -31,8 +32,6 @@ def new_run_notes(spec: AlgorithmSpec, settings: RunSettings) -> None:
 def _note_backend(settings: RunSettings) -> None:
     """Say what the chosen backend does differently from envpool under the run's protocol
     (:meth:`zoo.envs.Protocol.backend_differences`): ALE's no-op starts and episode ends."""
-    from zoo.envs.protocols import get_protocol  # plain data: no JAX, no envpool
-
     differences = get_protocol(settings.protocol).backend_differences(settings.env_backend)
     if differences:
         say(

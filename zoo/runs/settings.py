@@ -11,7 +11,8 @@ checks (:func:`check_given`), a new run's values (:func:`new_run`) and a resume'
 the table as ``table``).
 
 Fields without an :class:`Arg` (``algorithm``, ``preset``, ``processes``) are recorded by the
-run itself, never asked for. No JAX here.
+run itself, never asked for. The columns (:class:`Arg`, :class:`Elsewhere`, :class:`NewRun`,
+:class:`Setting`) are defined in :mod:`zoo.runs.columns` and importable from here. No JAX here.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import math
 import numbers
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field
 
 from zoo.envs.factory import BackendName
+from zoo.runs.columns import Arg, Elsewhere, NewRun, Setting
 from zoo.runs.errors import RunRefusedError
 
 __all__ = [
@@ -57,79 +58,6 @@ MAX_SEED = 2**31 - 1
 MAX_NUM_ENVS = 4096
 #: The most environments an evaluation plays at once unless asked for more.
 DEFAULT_EVAL_ENVS = 16
-
-
-# --------------------------------------------------------------------------------------------
-# The columns of the table
-
-
-@dataclass(frozen=True)
-class NewRun:
-    """What a new run's rule for a setting sees: the value given for it (``None``: not given),
-    the values of the settings above it in the table, and the preset's run defaults."""
-
-    given: Any
-    values: Mapping[str, Any]
-    preset: Mapping[str, Any]
-    protocol_of: Callable[[str], str]
-
-
-@dataclass(frozen=True)
-class Elsewhere:
-    """A setting as another command offers it: its help there, and its choices where fewer."""
-
-    help: str | None = None
-    choices: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class Arg:
-    """The asking side of a setting, beside its type in :class:`RunSettings`.
-
-    Attributes:
-      help: ``zoo train --help``'s line (and the meaning of the keyword of :func:`zoo.train`).
-      flag: ``zoo train``'s flag; ``None``: the Python API only (errors name the keyword).
-      aliases: more spellings of the flag.
-      switch: the flag takes no value and sets the setting to ``False`` (``--no-...``).
-      from_preset: a new run takes the preset's value when the setting is not given.
-      new: a new run's value when neither given nor the preset's: a callable of
-        :class:`NewRun`, or a constant; ``None``: the field's default.
-      sees_given: ``new`` is called even when the value is given (to check it).
-      low, high: the bounds the request checks: the field's unless given (``None``: none).
-      resumable: a resume may change it (only the budget may).
-      elsewhere: the commands besides ``train`` that offer it for the runs they create,
-        with their help there.
-    """
-
-    help: str
-    flag: str | None = None
-    aliases: tuple[str, ...] = ()
-    switch: bool = False
-    from_preset: bool = False
-    new: Any = None
-    sees_given: bool = False
-    low: int | Literal["field"] | None = "field"
-    high: int | Literal["field"] | None = "field"
-    resumable: bool = False
-    elsewhere: Mapping[str, Elsewhere] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One row of the table: a field of :class:`RunSettings` that a run is asked for."""
-
-    name: str
-    arg: Arg
-    kind: str  # "count", "number", "choice", "text" or "switch"
-    low: int | None
-    high: int | None
-    choices: tuple[str, ...] | None
-    default: Any
-
-    @property
-    def label(self) -> str:
-        """How errors name it: the flag, or the keyword where there is none."""
-        return self.arg.flag or self.name
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,6 +290,11 @@ class RunSettings(BaseModel):
         description="processes training together with jax.distributed (zoo.runs.distributed), each "
         "with num_envs environments and a replay shard of capacity / processes",
     )
+
+    def env_args(self) -> dict[str, Any]:
+        """What every environment of the run is made with besides its id, counts, seeds and mode
+        (``zoo.envs.make``'s and ``zoo.envs.evaluate``'s keywords): its protocol and backend."""
+        return {"protocol": self.protocol, "backend": self.env_backend}
 
 
 # --------------------------------------------------------------------------------------------
