@@ -57,8 +57,10 @@ def test_minatar_on_gymnax_has_the_minimal_action_sets_the_caps_and_images():
             assert env.max_episode_steps == package.max_episode_steps, game
             assert env.is_image and env.observation_dtype == np.float32
             assert env.observation_shape[1:] == (10, 10), game
-            first = env.reset()
-            assert set(np.unique(first.observation)) <= {0.0, 1.0} and first.first.all()
+            if game == "Breakout":  # one game's reset compiled (a few seconds each)
+                first = env.reset()
+                assert first.observation.shape == (2, 4, 10, 10) and first.first.all()
+                assert set(np.unique(first.observation)) <= {0.0, 1.0}
     # Freeway never ends but at the cap: truncated there, and the next step is a new game
     with ze.make("MinAtar/Freeway-v1", protocol="gymnax_minatar", backend="gymnax",
                  env_kwargs={"max_steps_in_episode": 40}) as env:  # fmt: skip
