@@ -82,7 +82,7 @@ def zoo_run(game: str, steps: int, seed: int, loop: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp, "run")
         command = [
-            sys.executable, "-m", "zoo", "train", "preset:pqn_minatar", "--env", env,
+            sys.executable, "-m", "zoo.cli", "train", "preset:pqn_minatar", "--env", env,
             "--env-backend", "gymnax", "--loop", loop, "--steps", str(steps), "--seed",
             str(seed), "--eval-every", str(steps), "--eval-episodes", "1", "--run-dir",
             str(run), "--progress", "off",
@@ -90,7 +90,7 @@ def zoo_run(game: str, steps: int, seed: int, loop: str) -> dict:
         start = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True, text=True)
         wall = time.perf_counter() - start
-        records = [json.loads(line) for line in Path(run, "metrics.jsonl").read_text().split()]
+        records = [json.loads(line) for line in Path(run, "metrics.jsonl").read_text().splitlines()]
     rates = [r["env_steps_per_s"] for r in records[1:] if r.get("env_steps_per_s")]
     return {
         "side": f"zoo --loop {loop}",
