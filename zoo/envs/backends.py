@@ -126,6 +126,16 @@ class EnvpoolBackend:
         self._pool.close()
 
 
+def _no_recv_send(who: str) -> Callable[..., Any]:
+    """The ``recv``/``send`` slots of an XLA interface that has only a step (envpool has all
+    three): calling it says so."""
+
+    def no_recv_send(*_: Any) -> Any:
+        raise XlaUnavailableError(f"{who} has one step function, no separate recv/send")
+
+    return no_recv_send
+
+
 def ale_rom(env_id: str) -> str:
     """ALE's ROM id of an envpool-style Atari id: ``"MsPacman-v5"`` -> ``"ms_pacman"``.
 
@@ -222,13 +232,8 @@ class AleBackend:
                     f"ALE's XLA interface failed ({type(error).__name__}: {error}) with jax "
                     f"{_jax_version()}; use the host loop (VectorEnv.step)"
                 ) from error
-
-            def no_recv_send(*_: Any) -> Any:
-                raise XlaUnavailableError(
-                    "ALE's XLA interface has one step function, no separate recv/send"
-                )
-
-            self._xla = (handle, no_recv_send, no_recv_send, xla_step)
+            none = _no_recv_send("ALE's XLA interface")
+            self._xla = (handle, none, none, xla_step)
         return self._xla
 
     def xla_raw_step(self, output: Any) -> RawStep:
@@ -499,11 +504,8 @@ class GymnaxBackend:
 
     def xla(self) -> tuple[Any, Callable, Callable, Callable]:
         """``(inner handle, -, -, step)``: the pool as the host left it, and the pure step."""
-
-        def no_recv_send(*_: Any) -> Any:
-            raise XlaUnavailableError("gymnax has one step function, no separate recv/send")
-
-        return self._inner, no_recv_send, no_recv_send, self._step
+        none = _no_recv_send("gymnax")
+        return self._inner, none, none, self._step
 
     def xla_raw_step(self, output: Any) -> RawStep:
         import jax.numpy as jnp

@@ -303,18 +303,14 @@ def make(
             )
         kind = EnvpoolBackend if info.backend == "envpool" else AleBackend
         env_backend = kind(info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs)
-    elif info.backend == "gymnax":
-        kwargs = {**resolved.gymnax_kwargs(training, info.env_id), **(env_kwargs or {})}
-        env_backend = GymnaxBackend(
-            info.env_id,
-            num_envs=num_envs,
-            seed=seed,
-            kwargs=kwargs,
-            channels_last_to_first=info.suite == "minatar",
+    else:  # gymnasium or gymnax: classic control and MinAtar
+        own, made = (
+            (resolved.gymnax_kwargs, GymnaxBackend)
+            if info.backend == "gymnax"
+            else (resolved.gymnasium_kwargs, GymnasiumBackend)
         )
-    else:
-        kwargs = {**resolved.gymnasium_kwargs(training, info.env_id), **(env_kwargs or {})}
-        env_backend = GymnasiumBackend(
+        kwargs = {**own(training, info.env_id), **(env_kwargs or {})}
+        env_backend = made(
             info.env_id,
             num_envs=num_envs,
             seed=seed,
