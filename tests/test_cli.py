@@ -563,8 +563,8 @@ def test_console_script(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------- help
 
 #: ``zoo train|reproduce|bench --help`` as recorded before the run settings became one table
-#: (issue 35), bench's with report's --include since (issue 40), at 100 columns; argparse's
-#: layout is Python 3.11's (the version CI runs).
+#: (issue 35), bench's with report's --include since (issue 40) and train's with --seeds (issue
+#: 39), at 100 columns; argparse's layout is Python 3.11's (the version CI runs).
 HELP_FILES = Path(__file__).parent / "help"
 
 

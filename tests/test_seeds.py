@@ -1,4 +1,5 @@
-"""Vmapped seeds: each seed runs exactly the single-seed loop body."""
+"""Vmapped seeds: each seed runs exactly the single-seed loop body on its own environments
+(:class:`zoo.seeds.VmappedSeeds` over :class:`zoo.drivers.seeds.SeedsDriver`)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,12 @@ def test_one_vmapped_seed_equals_the_single_seed_loop():
     vs = VmappedSeeds("dqn", "CartPole-v1", seeds=1, num_envs=2, overrides=SMALL)
     carry, handle, done = vs.init()
     carry, handle, done, _ = vs.run(carry, handle, done, STEPS)
-    vs.env.close()
+    start = vs.init_seed(0)  # seed 0's carry at step 0, as a single run builds it
+    vs.close()
 
     env = make("CartPole-v1", num_envs=2, seed=0)
     loop = Loop(vs.spec, env, Learner(vs.spec), vs.replay)
-    single = vs._init_one(jax.random.fold_in(jax.random.PRNGKey(0), 0))
-    single, _ = loop.first_act(single, env.reset())
+    single, _ = loop.first_act(start, env.reset())
     single, *_ = loop.chunk(single, env.xla()[0], jnp.zeros((2,), bool), STEPS)
     env.close()
 
@@ -57,9 +58,9 @@ def test_one_vmapped_seed_equals_the_single_seed_loop():
 def test_seeds_are_independent_and_in_lockstep():
     vs = VmappedSeeds("dqn", "CartPole-v1", seeds=3, num_envs=2, overrides=SMALL)
     carry, handle, done = vs.init()
-    carry, handle, done, rewards = vs.run(carry, handle, done, STEPS)
-    vs.env.close()
-    assert rewards.shape == (STEPS, 3, 2)
+    carry, handle, done, rows = vs.run(carry, handle, done, STEPS)
+    vs.close()
+    assert rows.raw_reward.shape == (STEPS, 3, 2)
     updates = np.asarray(carry.learner.updates)
     assert updates.tolist() == [updates[0]] * 3 and updates[0] == (STEPS * 2 - 100) // 2 + 1
     first = [leaves(jax.tree.map(lambda x, i=i: x[i], carry.learner.online)) for i in range(3)]

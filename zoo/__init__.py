@@ -43,6 +43,7 @@ _EXPORTS = {
     "build_optimizer": "zoo.optimizers",
     "build_schedule": "zoo.schedules",
     "train": "zoo.runs",
+    "train_seeds": "zoo.runs.seeds",
     "load_policy": "zoo.runs.evaluate",
     "evaluate_run": "zoo.runs.evaluate",
     "Learner": "zoo.learner",
@@ -70,6 +71,7 @@ __all__ = [  # noqa: RUF022 - grouped as in _EXPORTS
     "build_optimizer",
     "build_schedule",
     "train",
+    "train_seeds",
     "load_policy",
     "evaluate_run",
     "Learner",
@@ -91,6 +93,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from zoo.reference import load_series
     from zoo.runs import train
     from zoo.runs.evaluate import evaluate_run, load_policy
+    from zoo.runs.seeds import train_seeds
     from zoo.schedules import build_schedule
     from zoo.spec import (
         AlgorithmSpec,

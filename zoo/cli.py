@@ -4,7 +4,7 @@
     zoo show NAME|FILE[:ENTRY] [--set KEY=VALUE ...]
     zoo validate FILE...
     zoo train ALGORITHM|PRESET|FILE [--env ID] [--steps N] [--seed S] [--set KEY=VALUE ...]
-              [--run-dir DIR] [--resume DIR [--restart]] [--progress WHEN] ...
+              [--run-dir DIR] [--resume DIR [--restart]] [--seeds N] [--progress WHEN] ...
     zoo eval RUN_DIR [--episodes N] [--progress WHEN]
     zoo compare RUN_DIR... [--reference SERIES] [--out DIR] [--record ours/NAME]
     zoo compare --list-series [PATTERN]
@@ -46,7 +46,7 @@ from zoo.fileio import UnsafeFileError, write_atomic
 from zoo.runs import flags as run_flags
 from zoo.runs.flags import finite, whole
 from zoo.runs.progress import PROGRESS_VARIABLE, ProgressMode, ProgressModeError
-from zoo.runs.settings import MAX_NUM_ENVS, MAX_SEED
+from zoo.runs.settings import MAX_NUM_ENVS, MAX_SEED, MAX_SEEDS
 
 __all__ = ["main"]
 
@@ -241,11 +241,14 @@ def _evaluation_summary(evaluation: dict) -> str:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from zoo.runs import RunError, RunRefusedError, train
+    from zoo.runs.open import seed_members
 
     _set_progress(args.progress)
     if args.algorithm is None and args.resume is None:
         print("zoo train: name an algorithm or preset, or --resume RUN_DIR", file=sys.stderr)
         return EXIT_SPEC_ERROR
+    if args.seeds is not None or (args.resume is not None and seed_members(args.resume)):
+        return _cmd_train_seeds(args)
     from zoo.runs import group as groups
 
     try:
@@ -299,6 +302,66 @@ def _cmd_train(args: argparse.Namespace) -> int:
         )
     print(f"results: {result.run_dir} (metrics.jsonl, eval.jsonl, tb/, checkpoints/)")
     print(f"curves: {_tensorboard_hint(result.run_dir)}")
+    return 0
+
+
+def _cmd_train_seeds(args: argparse.Namespace) -> int:
+    """``zoo train --seeds N`` (or ``--resume`` of a group of seeds)."""
+    from zoo.runs import RunError, RunRefusedError
+    from zoo.runs.seeds import train_seeds
+
+    one_run = {"--restart": args.restart, "--distributed": args.distributed}
+    one_run.update(
+        {
+            "--coordinator": args.coordinator is not None,
+            "--num-processes": args.num_processes is not None,
+            "--process-id": args.process_id is not None,
+        }
+    )
+    given = [flag for flag, on in one_run.items() if on]
+    if given:
+        print(
+            f"zoo train: {', '.join(given)} applies to one run, not to a group of seeds "
+            "(use it on one seed's directory, RUN_DIR/seed<S>)",
+            file=sys.stderr,
+        )
+        return EXIT_SPEC_ERROR
+    settings = run_flags.given(args, "train")
+    first = settings.pop("seed", None)
+    try:
+        results = train_seeds(
+            args.algorithm,
+            seed=first,
+            seeds=args.seeds,
+            overrides=spec.parse_overrides(args.set or []),
+            run_dir=args.run_dir,
+            resume=args.resume,
+            **settings,
+        )
+    except RunRefusedError as e:
+        print(f"zoo train: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except RunError as e:
+        print(f"zoo train: {e}", file=sys.stderr)
+        return 1
+    group = results[0].run_dir.parent
+    for result in results:
+        final = result.final_eval
+        said = f"{_evaluation_summary(final)}" if final is not None else "no evaluation"
+        print(
+            f"{result.run_dir.name}: {result.env_steps:,} env steps, {result.updates:,} "
+            f"updates; {said}"
+        )
+    if any(r.interrupted for r in results):
+        print(
+            f"interrupted (each seed's checkpoint saved). Continue with: zoo train --resume "
+            f"{group}",
+            file=sys.stderr,
+        )
+        return 130
+    names = ", ".join(r.run_dir.name for r in results)
+    print(f"results: {group} (one run directory per seed: {names})")
+    print(f"curves: tensorboard --logdir {group}")
     return 0
 
 
@@ -693,6 +756,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --resume: start a run that stopped before its first checkpoint over from "
         "scratch, with its own spec and settings",
+    )
+    p.add_argument(
+        "--seeds",
+        type=whole(1, MAX_SEEDS),
+        metavar="N",
+        help="train N runs, seeds SEED..SEED+N-1, in one compiled program, each in "
+        "RUN_DIR/seed<S> (each resumes, evaluates and compares as a single run); --resume "
+        "RUN_DIR continues them together",
     )
     run_flags.add_flags(p, "train")  # the other settings, in the table's order
     p.add_argument(

@@ -344,23 +344,33 @@ class Loop:
         learning, replay = self.learn_step.learn(carry.learning(), carry.replay, barrier=True)
         return carry.with_learning(learning, replay=replay, credit=self.credit.spend(carry.credit))
 
-    def learn_due(self, carry: LoopCarry) -> LoopCarry:
+    def learn_due(self, carry: LoopCarry, *, seeds: bool = False) -> LoopCarry:
         """Every due update, each under ``lax.cond`` (inside a compiled program).
 
         At most ``credit.max_updates`` are due per vector step. Only what learning changes goes
         through the ``cond`` (:class:`_Due`: the learn carry, the replay's priority state and
         the credit); the frames are read from outside, so XLA never copies them.
+
+        With ``seeds``, ``carry`` holds several seeds' carries stacked on a leading axis
+        (:meth:`seeds_body`): the learn step is vmapped inside the ``cond`` and "is an update
+        due" is seed 0's answer, a scalar. Seeds step in lockstep, so every seed's credit is the
+        same; a batched predicate would turn the ``cond`` into a ``select`` that runs every
+        update at every step.
         """
         replay = self.replay
 
-        def learn_once(due: _Due) -> _Due:
+        def learn_once(carry: LoopCarry, due: _Due) -> _Due:
             state = replay.with_priority_state(carry.replay, due.priorities)
             inner = self.learn(carry.with_learning(due.learning, replay=state, credit=due.credit))
             return _Due(inner.learning(), replay.priority_state(inner.replay), inner.credit)
 
+        step = eqx.filter_vmap(learn_once) if seeds else learn_once
+        # (the priority state is fields of the replay state: read and written as they are,
+        # stacked or not)
         due = _Due(carry.learning(), replay.priority_state(carry.replay), carry.credit)
         for _ in range(self.credit.max_updates):
-            due = jax.lax.cond(self.credit.due(due.credit), learn_once, lambda d: d, due)
+            credit = due.credit[0] if seeds else due.credit
+            due = jax.lax.cond(self.credit.due(credit), lambda d: step(carry, d), lambda d: d, due)
         state = replay.with_priority_state(carry.replay, due.priorities)
         return carry.with_learning(due.learning, replay=state, credit=due.credit)
 
@@ -375,6 +385,18 @@ class Loop:
         )
         carry = dataclasses.replace(carry, replay=replay, env_steps=env_steps, credit=credit)
         carry, actions = self.act(self.learn_due(carry), ts)
+        return carry, actions, carry.actor_report
+
+    def seeds_body(self, carry: LoopCarry, ts: TimeStep) -> tuple[LoopCarry, jax.Array, jax.Array]:
+        """:meth:`body` for ``S`` seeds in lockstep: ``carry`` and ``ts`` hold each seed's on a
+        leading axis of ``S`` (the actions and reports come back ``[S, ...]``). Each seed runs
+        exactly the single-seed body; insert and act are vmapped, the updates go through
+        :meth:`learn_due` with ``seeds``."""
+        replay, env_steps, credit = jax.vmap(self.insert)(
+            ts, carry.replay, carry.pending, carry.env_steps, carry.credit
+        )
+        carry = dataclasses.replace(carry, replay=replay, env_steps=env_steps, credit=credit)
+        carry, actions = eqx.filter_vmap(self.act)(self.learn_due(carry, seeds=True), ts)
         return carry, actions, carry.actor_report
 
 

@@ -16,6 +16,11 @@ The third, ``async`` (:class:`AsyncDriver`, :mod:`zoo.drivers.asynchronous`), ru
 thread on its own device beside the learner (Sebulba), with a bounded parameter lag and a rate
 limiter on the replay ratio; it is not deterministic.
 
+:class:`SeedsDriver` (:mod:`zoo.drivers.seeds`) is the compiled driver for several seeds' runs
+at once (``zoo train --seeds N``): their carries stacked, each seed's environments stepped in
+the program, the body vmapped over the seeds, each seed accounted to its own trainer. It runs
+several loops, so it is no ``--loop`` choice (:data:`DRIVERS` holds those).
+
 :func:`make_driver` builds the driver a name chooses for a loop, once per loop: the trainer
 acts first with the host driver (:meth:`HostDriver.first_act`; every driver starts from it) and
 then runs the driver the run names, and an update compiled ahead of a run
@@ -50,6 +55,7 @@ from zoo.drivers.asynchronous import AsyncDriver, Placement
 from zoo.drivers.compiled import CompiledDriver, chunk_length
 from zoo.drivers.host import HostDriver
 from zoo.drivers.protocol import CarryLike, LoopLike, SettingsLike, TrainerLike
+from zoo.drivers.seeds import SeedsDriver
 
 __all__ = [
     "DRIVERS",
@@ -60,6 +66,7 @@ __all__ = [
     "HostDriver",
     "LoopLike",
     "Placement",
+    "SeedsDriver",
     "SettingsLike",
     "TrainerLike",
     "chunk_length",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from zoo.drivers.protocol import CarryLike, LoopLike, TrainerLike
     from zoo.envs import TimeStep
 
-__all__ = ["CompiledDriver", "chunk_length"]
+__all__ = ["CompiledDriver", "account_chunk", "chunk_length"]
 
 
 def chunk_length(periods: Sequence[int], num_envs: int, budget: int, longest: int = 1000) -> int:
@@ -104,17 +104,20 @@ class CompiledDriver:
             raise ValueError(f"a chunk of length {length} cannot run {steps} steps")
         return self._chunk(length, carry, handle, prev_done, np.asarray(steps, np.int32))
 
+    def timestep(self, handle: Any, actions: jax.Array, prev_done: jax.Array) -> tuple[Any, Any]:
+        """Step the environments inside the program: ``(handle, TimeStep)``."""
+        env = self.loop.env
+        handle, output = env.xla()[3](handle, actions)
+        return handle, env.xla_timestep(output, prev_done)
+
+    def body(self, carry: CarryLike, ts: TimeStep) -> tuple[CarryLike, Any, Any]:
+        """The loop body of one vector step (:meth:`zoo.loop.Loop.body`)."""
+        return self.loop.body(carry, ts)
+
     def _loop(self, carry: CarryLike, handle: Any, prev_done: jax.Array, steps, length: int):
         self.traces += 1
-        env = self.loop.env
-        _, _, _, xla_step = env.xla()
-
-        def timestep(handle, actions, prev_done):
-            handle, output = xla_step(handle, actions)
-            return handle, env.xla_timestep(output, prev_done)
-
         shapes = jax.eval_shape(
-            lambda *a: timestep(*a)[1]._replace(observation=None),
+            lambda *a: self.timestep(*a)[1]._replace(observation=None),
             handle,
             carry.pending.action,
             prev_done,
@@ -123,8 +126,8 @@ class CompiledDriver:
 
         def body(state):
             t, carry, handle, prev_done, rows = state
-            handle, ts = timestep(handle, carry.pending.action, prev_done)
-            carry, _, _ = self.loop.body(carry, ts)
+            handle, ts = self.timestep(handle, carry.pending.action, prev_done)
+            carry, _, _ = self.body(carry, ts)
             done = jnp.logical_or(ts.terminated, ts.truncated)
             rows = jax.tree.map(
                 lambda r, x: jax.lax.dynamic_update_index_in_dim(r, x, t, 0),
@@ -171,10 +174,10 @@ class CompiledDriver:
             report = learner_report(carry.learner.updates, carry.last_loss)
             dispatched += steps * n
             if unaccounted is not None:
-                _account_chunk(trainer, *unaccounted)
+                account_chunk(trainer, *unaccounted)
             unaccounted = (chunk, report, steps)
             if dispatched >= trainer.next_event or dispatched >= cfg.total_env_steps or interrupted:
-                _account_chunk(trainer, *unaccounted)
+                account_chunk(trainer, *unaccounted)
                 unaccounted = None
                 carry, stop = trainer.events(carry, interrupted)
                 if stop:
@@ -182,7 +185,7 @@ class CompiledDriver:
         return carry
 
 
-def _account_chunk(trainer: TrainerLike, chunk: Any, report: Any, steps: int) -> None:
+def account_chunk(trainer: TrainerLike, chunk: Any, report: Any, steps: int) -> None:
     """Account a chunk's first ``steps`` vector steps, one TimeStep at a time (host arrays)."""
     rows = jax.tree.map(np.asarray, chunk)
     timesteps = [jax.tree.map(lambda x, t=t: x[t], rows) for t in range(steps)]

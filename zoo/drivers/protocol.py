@@ -108,6 +108,10 @@ class LoopLike(Protocol):
         due update, act."""
         ...
 
+    def seeds_body(self, carry: Any, ts: TimeStep) -> tuple[Any, jax.Array, jax.Array]:
+        """:meth:`body` for several seeds' carries stacked on a leading axis, in lockstep."""
+        ...
+
 
 class SettingsLike(Protocol):
     """The run's settings a driver reads (:class:`zoo.runs.settings.RunSettings`): the budget

@@ -20,25 +20,21 @@ JAX (a finished run is answered without it); the rest is imported here, once a r
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo import envs
 from zoo.runs import rundir
 from zoo.runs.errors import RunError, RunRefusedError, environment_errors
 from zoo.runs.join import join_run
 from zoo.runs.notes import new_run_notes
-from zoo.runs.open import Opened, forget_refused, open_run
+from zoo.runs.open import closing, open_run, preflight
 from zoo.runs.request import TrainRequest
 from zoo.runs.result import RunResult
 from zoo.runs.settings import RunSettings
 from zoo.spec import AlgorithmSpec
-
-if TYPE_CHECKING:  # pragma: no cover
-    from zoo.runs.group import ProcessGroup
 
 __all__ = [
     "RunError",
@@ -140,14 +136,14 @@ def train(
 def _train(request: TrainRequest) -> RunResult:
     """:func:`train`'s pipeline (the group of one is a process group like any other)."""
     group = join_run(request)
-    opened = open_run(request, group, _preflight)
+    opened = open_run(request, group, preflight)
     if opened.finished is not None:  # answered without JAX
         if opened.lock is not None:
             opened.lock.release()
         return opened.finished
     from zoo.runs import trainer  # JAX starts here (a group's processes started it to join)
 
-    with _closing(opened, group):
+    with closing(opened, group):
         settings = opened.settings
         if group.main and opened.mode != "resume":
             new_run_notes(opened.spec, settings)
@@ -171,29 +167,3 @@ def _train(request: TrainRequest) -> RunResult:
                 opened.path, "stopped", status=status, env_steps=result.env_steps, **several
             )
         return result
-
-
-def _preflight(spec: AlgorithmSpec, settings: RunSettings, group: ProcessGroup) -> Any:
-    """A new run's blueprint (:func:`zoo.runs.assemble.preflight`): JAX starts here."""
-    from zoo.runs import assemble
-
-    return assemble.preflight(spec, settings, group)
-
-
-@contextlib.contextmanager
-def _closing(opened: Opened, group: ProcessGroup) -> Iterator[None]:
-    """Release the run's lock however training ends; a new run refused before it trained leaves
-    no run behind, and a failure is recorded in the run's history."""
-    try:
-        yield
-    except RunRefusedError:
-        if group.main and not group.several:
-            forget_refused(opened)
-        raise
-    except RunError as e:
-        if group.main:
-            with contextlib.suppress(OSError):
-                rundir.append_history(opened.path, "stopped", status="failed", reason=str(e))
-        raise
-    finally:
-        opened.lock.release()

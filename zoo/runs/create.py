@@ -38,6 +38,7 @@ __all__ = [
     "check_budget",
     "checkpoint_steps",
     "create_run_dir",
+    "default_run_dir",
     "last_record_step",
     "make_dir",
     "new_settings",
@@ -123,13 +124,16 @@ def check_budget(spec: AlgorithmSpec, settings: RunSettings) -> None:
         )
 
 
-def _default_run_dir(spec: AlgorithmSpec, settings: RunSettings) -> Path:
+def default_run_dir(spec: AlgorithmSpec, settings: RunSettings, seeds: int = 1) -> Path:
     """``runs/<preset or algorithm>-<env>-s<seed>-<time>``: a preset's run is named after the
-    preset (``dqn_adam_mse``), not its catalogue algorithm (``dqn``), so runs of both differ."""
+    preset (``dqn_adam_mse``), not its catalogue algorithm (``dqn``), so runs of both differ.
+    For ``seeds`` runs from ``settings.seed`` on (:mod:`zoo.runs.seeds`):
+    ``-s<first>-<last>-``."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     name = rundir.safe_component(settings.preset or spec.name or "custom", fallback="custom")
     env = rundir.safe_component(settings.env, fallback="env")
-    return Path("runs") / f"{name}-{env}-s{settings.seed}-{stamp}"
+    last = f"-{settings.seed + seeds - 1}" if seeds > 1 else ""
+    return Path("runs") / f"{name}-{env}-s{settings.seed}{last}-{stamp}"
 
 
 def checkpoint_steps(run_path: Path) -> list[int]:
@@ -177,7 +181,7 @@ def create_run_dir(
     """Create and lock a fresh run directory and write its spec, settings, provenance and
     history; an existing directory must be empty (or an interrupted creation)."""
     if run_dir is None:
-        base = _default_run_dir(spec, settings)
+        base = default_run_dir(spec, settings)
         path, n = base, 1
         while True:
             try:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,19 @@ from zoo.spec import AlgorithmSpec, SpecError
 if TYPE_CHECKING:  # pragma: no cover
     from zoo.runs.group import ProcessGroup
 
-__all__ = ["Opened", "forget_refused", "open_run", "read_settings", "recorded_spec"]
+__all__ = [
+    "Opened",
+    "closing",
+    "forget_refused",
+    "open_run",
+    "preflight",
+    "read_settings",
+    "recorded_spec",
+    "seed_members",
+]
+
+#: The name of a seed's run in a group of seeds (:mod:`zoo.runs.seeds`): ``seed<S>``.
+_SEED_MEMBER = re.compile(r"seed(\d+)")
 
 #: What a new run is checked with before its directory is written: the run's blueprint from
 #: shapes (:func:`zoo.runs.assemble.preflight`), handed on to the build.
@@ -180,6 +193,47 @@ def _no_checkpoint(run_path: Path, several: bool) -> str:
         f"over from scratch, with its own spec and settings, with: zoo train --resume "
         f"{run_path} --restart"
     )
+
+
+def seed_members(parent: str | os.PathLike[str]) -> list[Path]:
+    """The seeds' run directories of a group (``seed<S>`` holding a ``run.yaml``), by seed;
+    empty for any other directory."""
+    parent = Path(parent)
+    if not parent.is_dir() or (parent / "run.yaml").exists():
+        return []
+    found = [
+        (int(m.group(1)), p)
+        for p in parent.iterdir()
+        if (m := _SEED_MEMBER.fullmatch(p.name)) and (p / "run.yaml").is_file()
+    ]
+    return [p for _, p in sorted(found)]
+
+
+def preflight(spec: AlgorithmSpec, settings: RunSettings, group: ProcessGroup) -> Any:
+    """A new run's blueprint (:func:`zoo.runs.assemble.preflight`), the :data:`Preflight` of
+    :func:`open_run`: JAX starts here."""
+    from zoo.runs import assemble
+
+    return assemble.preflight(spec, settings, group)
+
+
+@contextlib.contextmanager
+def closing(opened: Opened, group: ProcessGroup) -> Iterator[None]:
+    """Release the run's lock however training ends; a new run refused before it trained leaves
+    no run behind, and a failure is recorded in the run's history."""
+    try:
+        yield
+    except RunRefusedError:
+        if group.main and not group.several:
+            forget_refused(opened)
+        raise
+    except RunError as e:
+        if group.main:
+            with contextlib.suppress(OSError):
+                rundir.append_history(opened.path, "stopped", status="failed", reason=str(e))
+        raise
+    finally:
+        opened.lock.release()
 
 
 def forget_refused(opened: Opened) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_ENV_STEPS",
     "MAX_NUM_ENVS",
     "MAX_SEED",
+    "MAX_SEEDS",
     "Arg",
     "Elsewhere",
     "NewRun",
@@ -54,6 +55,10 @@ __all__ = [
 MAX_ENV_STEPS = 10**12
 #: The largest seed (seeds are 31-bit: envpool's and the evaluation's seeds derive from them).
 MAX_SEED = 2**31 - 1
+
+#: The most seeds one program trains (``zoo train --seeds N``, :mod:`zoo.runs.seeds`): each holds
+#: its own replay and environments.
+MAX_SEEDS = 64
 #: The most parallel environments one run may ask for.
 MAX_NUM_ENVS = 4096
 #: The most environments an evaluation plays at once unless asked for more.

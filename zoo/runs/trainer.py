@@ -10,11 +10,13 @@ say in the run's own terms why it stopped when it failed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,6 +74,8 @@ class Trainer:
     progress: bool = True
     #: the run's processes (one by default)
     group: ProcessGroup = field(default_factory=ProcessGroup)
+    #: names the run in its messages, where several are trained together (:mod:`zoo.runs.seeds`)
+    label: str | None = None
     stopped_by_signal: bool = field(default=False, init=False)
     #: transitions accounted so far (the host's count, after the driver reported them)
     env_steps: int = field(default=0, init=False)
@@ -96,8 +100,23 @@ class Trainer:
 
     def run(self, carry: LoopCarry) -> LoopCarry:
         """Train until ``total_env_steps`` (or a signal, or ``stop_at_return``)."""
+        driver = make_driver(self.loop_path, self.loop)
+        carry, actions = self.begin(carry, driver)
+        interrupted: list[bool] = []
+        # one process alone never stops: its signal is agreed on at the next log (events)
+        heard = self._signalled if self.group.several else interrupted
+        try:
+            with stops.heard_while(heard):
+                carry = driver.run(carry, actions, self, interrupted)
+        finally:
+            self.finish()
+        return carry
+
+    def begin(self, carry: LoopCarry, driver: Any = None) -> tuple[LoopCarry, Any]:
+        """Start following a run from ``carry``: the counters, the next events, the
+        environments reset and acted on once. Returns the carry and its actions, for the
+        ``driver`` that runs it (whose ``stats`` the log records carry, if it has them)."""
         cfg, loop, env = self.settings, self.loop, self.loop.env
-        driver = make_driver(self.loop_path, loop)
         self._driver = driver
         self.env_steps = int(carry.env_steps)
         self.updates = int(carry.learner.updates)
@@ -114,20 +133,26 @@ class Trainer:
         }
         self._window = {}
         self._start = (time.perf_counter(), self.env_steps, self.updates)
-        interrupted: list[bool] = []
-        # one process alone never stops: its signal is agreed on at the next log (events)
-        heard = self._signalled if self.group.several else interrupted
         carry = carry.reset_metrics()
         ts = env.reset()
         # every driver starts from the host driver's first act (the host driver that then runs,
         # on the host path: make_driver builds one per loop)
-        carry, actions = make_driver("host", loop).first_act(carry, ts)
-        try:
-            with stops.heard_while(heard):
-                carry = driver.run(carry, actions, self, interrupted)
-        finally:
-            self._progress.update(self.env_steps, self.updates, final=True)
-        return carry
+        return make_driver("host", loop).first_act(carry, ts)
+
+    def result(self, carry: LoopCarry, run_path: Path) -> RunResult:
+        """The run as it ended in ``carry`` (the counters of its last checkpoint's state: an
+        interrupted run's metrics records may stop before it)."""
+        return RunResult(
+            run_dir=run_path,
+            env_steps=int(carry.env_steps),
+            updates=int(carry.learner.updates),
+            evaluations=read_jsonl(RunDir(run_path).evals_file),
+            interrupted=self.stopped_by_signal,
+        )
+
+    def finish(self) -> None:
+        """Stop following the run: the progress line's last update."""
+        self._progress.update(self.env_steps, self.updates, final=True)
 
     def account(self, timesteps: list[Any], report: Any) -> None:
         """Episode statistics, counters and the non-finite check after some vector steps.
@@ -148,9 +173,13 @@ class Trainer:
                 self._window.setdefault("length", []).extend(float(e.length) for e in finished)
         updates, loss = int(report[0]), float(report[1])
         if updates != self.updates and not math.isfinite(loss):
+            said = f"{self.label}: " if self.label else ""
             raise NonFiniteLossError(
-                f"the loss became {loss} at learner update {updates} (env step "
-                f"{self.env_steps}); the run stopped and kept its last good checkpoint"
+                _non_finite_message(
+                    f"{said}the loss became {loss} at learner update {updates} (env step "
+                    f"{self.env_steps})",
+                    self.checkpointer,
+                )
             )
         self.updates = updates
         self._progress.update(self.env_steps, self.updates)
@@ -216,6 +245,28 @@ def train_opened(opened: Opened, env: Any, group: ProcessGroup, show_progress: b
       RunError: a non-finite loss (saying truly what is left to resume from), a checkpoint that
         cannot be written or read, a full disk.
     """
+    with opened_trainer(opened, env, group, show_progress) as (trainer, carry):
+        carry = trainer.run(carry)
+    return trainer.result(carry, opened.path)
+
+
+@contextlib.contextmanager
+def opened_trainer(
+    opened: Opened,
+    env: Any,
+    group: ProcessGroup,
+    show_progress: bool,
+    label: str | None = None,
+    writes: Path | None = None,
+) -> Iterator[tuple[Trainer, LoopCarry]]:
+    """The trainer of an opened run and its first carry: built on ``env`` and restored (a
+    resume), its records and checkpoints open until the block ends; what goes wrong in the
+    block is said in the run's own terms (a :class:`RunError`).
+
+    Args:
+      label: names the run in its messages (one of several trained together).
+      writes: the directory a failed write names (default: the run's).
+    """
     spec, settings, run_path = opened.spec, opened.settings, opened.path
     own = group.own_dir(run_path)
     try:
@@ -247,38 +298,26 @@ def train_opened(opened: Opened, env: Any, group: ProcessGroup, show_progress: b
             games=games,
             progress=show_progress,
             group=group,
+            label=label,
         )
         try:
-            carry = trainer.run(carry)
-        except NonFiniteLossError as e:
-            raise RunError(_non_finite_message(str(e), checkpointer)) from None
-        except CheckpointError as e:
+            yield trainer, carry
+        except (NonFiniteLossError, CheckpointError) as e:
             raise RunError(str(e)) from None
         except OSError as e:
             what = "no space left on the device" if e.errno == errno.ENOSPC else str(e)
-            raise RunError(f"writing to {run_path} failed: {what}") from None
+            raise RunError(f"writing to {writes or run_path} failed: {what}") from None
         finally:
             logger.close()
     finally:
         checkpointer.close()
-    # the counters of the state the run ended in: the last checkpoint's (an interrupted run's
-    # metrics records may stop before it)
-    return RunResult(
-        run_dir=run_path,
-        env_steps=int(carry.env_steps),
-        updates=int(carry.learner.updates),
-        evaluations=read_jsonl(RunDir(run_path).evals_file),
-        interrupted=trainer.stopped_by_signal,
-    )
 
 
 def _non_finite_message(message: str, checkpointer: Any) -> str:
     """The non-finite-loss stop, saying truly what is left to resume from."""
     last = checkpointer.latest_step()
-    claim = "the run stopped and kept its last good checkpoint"
     if last is None:
         truth = "the run stopped before its first checkpoint, so there is nothing to resume"
     else:
         truth = f"the run stopped; its last good checkpoint is at env step {last:,}"
-    message = message.replace(claim, truth) if claim in message else f"{message}; {truth}"
-    return message + " (a lower optimizer.learning_rate often helps)"
+    return f"{message}; {truth} (a lower optimizer.learning_rate often helps)"
