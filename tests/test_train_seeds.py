@@ -83,7 +83,7 @@ def test_each_seed_is_a_whole_run_that_equals_its_single_run(group, tmp_path):
 
 def test_a_group_resumes_together_and_each_seed_alone(group, tmp_path, cli):
     g = copy_of(group, tmp_path)
-    code, out, err = cli("train", "--resume", g, "--steps", "1600", "--progress", "off")
+    code, out, err = cli("train", "--resume", g, "--steps", "1600")
     assert code == 0, err
     for s in SEEDS:
         assert f"seed{s}: 1,600 env steps" in out
