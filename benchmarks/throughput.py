@@ -244,18 +244,38 @@ def _replay_nbytes(env_id: str, num_envs: int, overrides: dict[str, Any]) -> int
 
 
 def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) -> dict[str, Any]:
-    """Each piece of a host-path step alone: env step, act, insert, sample, update (ms/call)."""
+    """Each piece of a host-path step alone (:func:`piece_ms`) and the rates they make."""
+    import zoo
+    from zoo.envs import make
+
+    spec = zoo.load_algorithm("dqn", overrides=overrides)
+    with make(env_id, num_envs=num_envs, seed=0) as env:
+        ms = piece_ms(spec, env, quick)
+    period = spec.schedule.update_period
+    per_vector_step = ms["env"] + ms["act"] + ms["insert"]
+    per_update = ms.get("compiled_sample_update", ms["sample"] + ms["update"])
+    # serial cost of one vector step: its own pieces + its share of an update
+    serial = per_vector_step + (ms["sample"] + ms["update"]) * num_envs / period
+    return {
+        "ms": ms,
+        "serial_env_steps_per_s": num_envs * 1000.0 / serial,
+        "update_only_env_steps_per_s": period * 1000.0 / per_update,
+    }
+
+
+def piece_ms(spec: Any, env: Any, quick: bool) -> dict[str, float]:
+    """Each piece of a host-path step of ``spec`` on ``env``, timed alone: env step, act, insert,
+    sample, update (median ms per call; the replay filled past ``min_size`` first). Where the
+    environment is not an image, also ``compiled_sample_update``: one sample and update of the
+    compiled path, timed as 200 back to back in one scan."""
     import jax
     import numpy as np
 
     import zoo
-    from zoo.envs import make
     from zoo.learner import Learner
     from zoo.loop import Loop
     from zoo.runs.assemble import replay_for_env
 
-    spec = zoo.load_algorithm("dqn", overrides=overrides)
-    env = make(env_id, num_envs=num_envs, seed=0)
     net = zoo.build_network(
         spec,
         observation_shape=env.observation_shape,
@@ -268,7 +288,7 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
     carry = loop.init(learner.init(net, jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
     ts = env.reset()
     carry, actions = loop.first_act(carry, ts)
-    for _ in range(spec.replay.min_size // num_envs + 2):  # fill past min_size (no updates)
+    for _ in range(spec.replay.min_size // env.num_envs + 2):  # fill past min_size (no updates)
         ts = env.step(np.asarray(actions))
         replay_state, steps, credit = loop.host.insert(
             ts, carry.replay, carry.pending, carry.env_steps, carry.credit
@@ -347,20 +367,9 @@ def _pieces(env_id: str, num_envs: int, overrides: dict[str, Any], quick: bool) 
             ("update", update),
         )
     }
-    env.close()
-    period = spec.schedule.update_period
-    per_vector_step = ms["env"] + ms["act"] + ms["insert"]
-    per_update = ms["sample"] + ms["update"]
-    # serial cost of one vector step: its own pieces + its share of an update
-    serial = per_vector_step + per_update * num_envs / period
     if compiled_ms is not None:
         ms["compiled_sample_update"] = compiled_ms
-        per_update = compiled_ms
-    return {
-        "ms": ms,
-        "serial_env_steps_per_s": num_envs * 1000.0 / serial,
-        "update_only_env_steps_per_s": period * 1000.0 / per_update,
-    }
+    return ms
 
 
 # ------------------------------------------------------------------------------------------
