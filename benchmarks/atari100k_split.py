@@ -79,6 +79,25 @@ def eval_rate(spec: Any, game: str, protocol: str, num_envs: int, vector_steps: 
     return (steps1 - steps0) / (t1 - t0)
 
 
+def fixed_batch(spec: Any, shape: tuple[int, ...], actions: int, seed: int = 0) -> Any:
+    """One batch of ``spec``'s size of random frames of ``shape`` (uint8), actions, rewards,
+    discount 0.99 and uniform probabilities: a fixed input on which to time an update."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    size = spec.replay.batch_size
+    frames = lambda: jnp.asarray(rng.integers(0, 256, (size, *shape)), jnp.uint8)  # noqa: E731
+    return zoo.Transition(
+        observation=frames(),
+        action=jnp.asarray(rng.integers(0, actions, size), jnp.int32),
+        reward=jnp.asarray(rng.normal(size=size), jnp.float32),
+        discount=jnp.full((size,), 0.99, jnp.float32),
+        next_observation=frames(),
+        probability=jnp.ones((size,), jnp.float32),
+    )
+
+
 def augmentation_ms(
     spec: Any, bare: Any, shape: tuple[int, ...], actions: int, repeats: int
 ) -> dict:
@@ -88,20 +107,8 @@ def augmentation_ms(
     import statistics
 
     import jax
-    import jax.numpy as jnp
-    import numpy as np
 
-    rng = np.random.default_rng(0)
-    size = spec.replay.batch_size
-    frames = lambda: jnp.asarray(rng.integers(0, 256, (size, *shape)), jnp.uint8)  # noqa: E731
-    batch = zoo.Transition(
-        observation=frames(),
-        action=jnp.asarray(rng.integers(0, actions, size), jnp.int32),
-        reward=jnp.asarray(rng.normal(size=size), jnp.float32),
-        discount=jnp.full((size,), 0.99, jnp.float32),
-        next_observation=frames(),
-        probability=jnp.ones((size,), jnp.float32),
-    )
+    batch = fixed_batch(spec, shape, actions)
     compiled = {}
     for name, one in (("augmented", spec), ("bare", bare)):
         net = zoo.build_network(
