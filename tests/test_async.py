@@ -72,11 +72,13 @@ def test_async_run_holds_its_lag_and_replay_ratio_and_does_the_host_drivers_upda
     # the bounds held at every act and every step (the driver measures on both sides)
     for record in records:
         assert record["async_max_lag"] <= record["async_max_lag_bound"] == 1
+        assert record["async_max_unpublished"] <= 1
         assert record["async_ratio_gap"] <= record["async_ratio_tolerance"]
     # 4 transitions per vector step, 1 per update, a queue of 2 steps: (2 + 2) * 4 + 1
     assert last["async_ratio_tolerance"] == 17
     # the learner is the slow side here: the actor ran ahead of it and was held back
     assert last["async_ratio_gap"] > 4
+    assert last["async_max_unpublished"] == 1  # an update in flight while the next is due
 
 
 @pytest.mark.run
@@ -84,7 +86,13 @@ def test_async_lag_bound_is_the_setting(tmp_path):
     run = _train(tmp_path, "lag3", loop="async", max_lag=3)
     last = read_jsonl(run.run_dir / "metrics.jsonl")[-1]
     assert last["async_max_lag_bound"] == 3
-    assert 1 <= last["async_max_lag"] <= 3
+    # the learner ran 3 updates ahead of the parameters it had published (4 are credited per
+    # vector step, and nothing is published inside a step's dispatches until 3 are in flight):
+    # the bound, not the timing, limited it. Whether an act falls in such a moment is timing
+    # (on a loaded machine the actor can act only between steps, at lag 0), so of the lag seen
+    # at the acts only the bound is asserted.
+    assert last["async_max_unpublished"] == 3
+    assert last["async_max_lag"] <= 3
     assert RunDir(run.run_dir).settings().max_lag == 3  # recorded: a resume keeps it
 
 

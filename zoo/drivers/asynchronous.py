@@ -26,7 +26,10 @@ Guarantees (what the synchronous drivers give, kept within stated bounds):
   parameters before every act, so the actor acts with parameters at most ``k = max_lag``
   updates behind the learner's count (default 1, as the synchronous drivers: the actors act
   with the network as it was before the update in flight). The log records the largest lag
-  seen at an act (``async_max_lag``).
+  seen at an act (``async_max_lag``, which depends on when the actor acts) and the most updates
+  the learner had dispatched beyond its published parameters (``async_max_unpublished``: the
+  lag an act at that moment would have; it reaches ``k`` whenever a vector step credits ``k``
+  updates or more, whatever the timing).
 - **Replay semantics.** Only the learner touches the replay (insert, sample, priority
   write-back, sealing), in the order of the steps, so prioritised and sequence replay keep
   their semantics; the actor's pending step carries its recurrent state as on the host driver.
@@ -177,6 +180,7 @@ class _Shared:
     stop: bool = False
     error: BaseException | None = None
     max_lag: int = 0  # the largest lag seen at an act
+    max_unpublished: int = 0  # the most updates dispatched beyond the published parameters
     max_gap: float = 0.0  # the largest replay-ratio gap seen, in updates
 
 
@@ -379,6 +383,7 @@ class AsyncDriver:
                     credit = credit_rule.spend(credit)
                     shared.dispatched += 1
                     in_flight.append((carry.learner, carry.last_loss))
+                    shared.max_unpublished = max(shared.max_unpublished, len(in_flight))
                 # publish what has finished without waiting (the actor acts with the newest)
                 while in_flight and in_flight[0][0].updates.is_ready():
                     self._publish(shared, in_flight.pop(0))
@@ -416,13 +421,15 @@ class AsyncDriver:
         )
 
     def stats(self) -> dict[str, float]:
-        """The largest parameter lag and replay-ratio gap measured so far, and the bounds
-        they are held to (recorded in the run's log)."""
+        """The largest parameter lag (seen at an act, and dispatched beyond the published
+        parameters) and replay-ratio gap measured so far, and the bounds they are held to
+        (recorded in the run's log)."""
         if self.shared is None:
             return {}
         return {
             "async_max_lag": float(self.shared.max_lag),
             "async_max_lag_bound": float(self.max_lag),
+            "async_max_unpublished": float(self.shared.max_unpublished),
             "async_ratio_gap": float(self.shared.max_gap),
             "async_ratio_tolerance": float(self.tolerance),
         }
