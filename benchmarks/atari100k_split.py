@@ -38,7 +38,8 @@ from zoo.learner import Learner
 from zoo.runs.evaluate import make_policy_fn
 
 
-def _spec(preset: str, overrides: dict[str, Any]) -> Any:
+def preset_spec(preset: str, overrides: dict[str, Any]) -> Any:
+    """The algorithm spec of ``preset`` with ``overrides`` applied (as ``zoo bench`` builds it)."""
     return zoo.load_algorithm(zoo.spec.algorithm_for(zoo.load_preset(preset)), overrides=overrides)
 
 
@@ -174,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     preset = zoo.load_preset(args.preset)
     protocol = preset.env.protocol
     overrides = {"replay.capacity": args.replay_capacity}
-    spec = _spec(args.preset, overrides)
-    bare = _spec(args.preset, {**overrides, "augmentation": None})
+    spec = preset_spec(args.preset, overrides)
+    bare = preset_spec(args.preset, {**overrides, "augmentation": None})
     with make(args.game, protocol=protocol, num_envs=1, seed=0) as env:
         ms = piece_ms(spec, env, args.quick)
         shape, actions = env.observation_shape, env.num_actions

@@ -70,15 +70,14 @@ def measure_update(preset: str, game: str, capacity: int, rounds: int, split: bo
     ``split``) with the batch split over the first two devices."""
     import jax
     import numpy as np
-    from atari100k_split import fixed_batch
+    from atari100k_split import fixed_batch, preset_spec
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     import zoo
     from zoo.envs import make
     from zoo.learner import Learner
 
-    ref = zoo.spec.algorithm_for(zoo.load_preset(preset))
-    spec = zoo.load_algorithm(ref, overrides={"replay.capacity": capacity})
+    spec = preset_spec(preset, {"replay.capacity": capacity})
     with make(game, protocol=zoo.load_preset(preset).env.protocol, num_envs=1, seed=0) as env:
         shape, actions = env.observation_shape, env.num_actions
     net = zoo.build_network(
