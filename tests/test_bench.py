@@ -236,6 +236,7 @@ def test_bench_classic_interrupted_then_rerun_reuses_resumes_and_reports(tmp_pat
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=120)
     assert process.returncode == 130, out
+    assert "launcher local: one run at a time on all" in out and "(not pinned)" in out
     assert "interrupt: no new runs start" in out
     assert f"interrupted {KEYS[1]}: interrupted at" in out
     assert "interrupted: rerun the same command to resume" in out
@@ -247,6 +248,7 @@ def test_bench_classic_interrupted_then_rerun_reuses_resumes_and_reports(tmp_pat
 
     code, out, err = run_cli("bench", *SUITE_ARGS, *FAST, "--run-dir", str(root), "--jobs", "2")
     assert code == 0, out + err
+    assert "launcher local: up to 2 runs at once on" in out and ", 1 each (pinned)" in out
     assert f"{first}: reused (finished at {BUDGET:,} env steps)" in out
     assert f"finished {KEYS[1]}: resumed from {stopped:,} env steps" in err
     for key in KEYS[2:]:

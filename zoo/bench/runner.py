@@ -169,9 +169,13 @@ def bench(
                     f"--cpus-per-run {cpus_per_run} is more than the {cpus} core(s) here"
                 )
             count = default_jobs(todo, cpus, budget) if jobs is None else jobs
+            cores_used = (
+                f"up to {count} runs at once on {cpus} core(s), {cpus_per_run} each (pinned)"
+                if min(count, len(todo)) > 1
+                else f"one run at a time on all {cpus} core(s) (not pinned)"
+            )
             log(
-                f"launcher local: up to {count} run(s) at once on {cpus} core(s), "
-                f"{cpus_per_run} each{' (pinned)' if min(count, len(todo)) > 1 else ''}, within "
+                f"launcher local: {cores_used}, within "
                 f"{_gib(budget) if budget is not None else 'unknown'} of memory (largest planned "
                 f"peak {_gib(max(t.memory for t in todo))}); logs in {root / 'logs'}"
             )
