@@ -153,7 +153,14 @@ def bench(
             )
             result.results = run_ray(todo, address=ray_address, progress=progress)
         else:
-            from zoo.bench.local import cores, default_jobs, memory_budget, run_local
+            from zoo.bench.local import (
+                affinity,
+                cores,
+                default_jobs,
+                memory_budget,
+                pin_plan,
+                run_local,
+            )
 
             budget = memory_budget() if memory is None else memory
             cpus = cores()
@@ -169,11 +176,13 @@ def bench(
                     f"--cpus-per-run {cpus_per_run} is more than the {cpus} core(s) here"
                 )
             count = default_jobs(todo, cpus, budget) if jobs is None else jobs
-            cores_used = (
-                f"up to {count} runs at once on {cpus} core(s), {cpus_per_run} each (pinned)"
-                if min(count, len(todo)) > 1
-                else f"one run at a time on all {cpus} core(s) (not pinned)"
-            )
+            together = min(count, len(todo))
+            if pin_plan(affinity(), cpus_per_run, together) is not None:  # as run_local pins
+                cores_used = f"up to {count} runs at once on {cpus} core(s), {cpus_per_run} each"
+                cores_used += " (pinned)"
+            else:
+                runs = "one run" if together < 2 else f"up to {count} runs"
+                cores_used = f"{runs} at a time on all {cpus} core(s) (not pinned)"
             log(
                 f"launcher local: {cores_used}, within "
                 f"{_gib(budget) if budget is not None else 'unknown'} of memory (largest planned "
