@@ -9,6 +9,7 @@ a game start (and at a lost life under ``atari_100k``), and truncation at the fr
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -732,6 +733,35 @@ def test_parallel_evaluation_plays_each_environments_own_games():
         assert together["episodes"] == episodes
         assert sorted(together["returns"]) == sorted(alone), (episodes, num_envs)
         assert len(set(alone)) > 1  # the games differ, so a wrong assignment would show
+
+
+@pytest.mark.compiled
+def test_evaluation_asks_a_policy_that_takes_rows_only_about_environments_owed_games():
+    """A policy that takes ``rows`` is called with the environments that still owe games (their
+    observations, ``first`` flags and indices), never with none; the games counted are those of
+    the same policy called with every row."""
+
+    def balance(obs):
+        return (obs[:, 2] > 0).astype(np.int32)
+
+    calls = []
+
+    def balance_rows(obs, first, rows):
+        calls.append((rows.copy(), len(obs), len(first)))
+        return balance(obs)
+
+    episodes, num_envs = 7, 3  # quotas 3, 2, 2
+    whole = ze.evaluate(balance, "CartPole-v1", episodes=episodes, seed=7, num_envs=num_envs)
+    some = ze.evaluate(balance_rows, "CartPole-v1", episodes=episodes, seed=7, num_envs=num_envs)
+    for key in ("returns", "lengths", "agent_steps", "episodes"):
+        assert some[key] == whole[key], key
+    assert len(set(whole["lengths"])) > 1
+    asked = [tuple(rows.tolist()) for rows, n_obs, n_first in calls]
+    assert all(len(rows) == n_obs == n_first for rows, n_obs, n_first in calls)
+    assert asked[0] == (0, 1, 2) and 0 < len(asked[-1]) < num_envs  # the tail asks fewer rows
+    assert all(set(b) <= set(a) for a, b in itertools.pairwise(asked))  # never back
+    with pytest.raises(ValueError, match="policy must return 1 actions"):
+        ze.evaluate(lambda obs, rows: np.zeros(3, np.int32), "CartPole-v1", episodes=1, seed=0)
 
 
 @pytest.mark.compiled

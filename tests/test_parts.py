@@ -18,6 +18,7 @@ from zoo.actor import Actor
 from zoo.envs import TimeStep
 from zoo.learn import UpdateCredit
 from zoo.replay import StepBatch, build_replay
+from zoo.runs.evaluate import make_policy_fn
 
 
 @pytest.mark.parametrize(
@@ -173,3 +174,35 @@ def test_actor_resets_recurrent_state_at_a_game_start():
     )
     # the replay's slot flag: a game's final observation starts no transition
     np.testing.assert_array_equal(pending.valid, [True, False])
+
+
+@pytest.mark.parametrize("name", ["dqn", "r2d2"])
+@pytest.mark.compiled
+def test_evaluation_policy_asked_about_some_rows_acts_as_with_the_whole_batch(name):
+    """``policy(obs[rows], first=first[rows], rows=rows)``, as the evaluator calls it once some
+    environments have met their quotas, gives those rows' actions of whole-batch calls: a
+    recurrent state is read and written at those rows, and the padding of a shrinking batch
+    (5 rows, then 4, 3 padded to 4, 2, 1) changes nothing."""
+    overrides = {"network.core.size": 32} if name == "r2d2" else {"network.hidden": [16]}
+    spec = zoo.load_algorithm(name, overrides=overrides)
+    num_actions, n = 6, 5
+    net = zoo.build_network(
+        spec, observation_shape=(3,), num_actions=num_actions, key=jax.random.PRNGKey(0)
+    )
+    make = make_policy_fn(spec, num_actions)
+    whole, some, fresh = (make(net, jax.random.PRNGKey(3)) for _ in range(3))
+    rng = np.random.default_rng(0)
+    schedule = [range(5), range(5), [0, 1, 3, 4], [0, 3, 4], [3, 4], [3, 4], [3], [3]]
+    seen, state_mattered = set(), False
+    for t, rows in enumerate(schedule):
+        obs = rng.normal(scale=3.0, size=(n, 3)).astype(np.float32)
+        first = np.full(n, t == 0) | (rng.random(n) < 0.1)
+        expected = whole(obs, first=first)
+        rows = np.asarray(rows)
+        got = some(obs[rows], first=first[rows], rows=rows)
+        np.testing.assert_array_equal(got, expected[rows], err_msg=f"step {t}, rows {rows}")
+        seen.update(expected.tolist())
+        restarted = fresh(obs, first=np.ones(n, bool))
+        state_mattered |= not np.array_equal(restarted, expected)
+    assert len(seen) >= 3  # the actions vary, so a wrong row would show
+    assert state_mattered == spec.recurrent  # so a state read at the wrong row would show

@@ -15,7 +15,9 @@ from zoo.envs.protocols import Protocol
 
 __all__ = ["Policy", "ProgressCallback", "evaluate", "step_bound"]
 
-#: A greedy policy: observations ``[N, *observation_shape]`` -> integer actions ``[N]``.
+#: A greedy policy: observations ``[N, *observation_shape]`` -> integer actions ``[N]``; it may
+#: take ``first=`` (where games start, for a recurrent state) and ``rows=`` (which environments
+#: the rows are: then it is asked only about those still owed games; see :func:`evaluate`).
 Policy = Callable[[np.ndarray], Any]
 
 #: Called after every vector step of an evaluation with keyword arguments ``games`` (counted so
@@ -75,6 +77,15 @@ def evaluate(
     quotas before playing keeps the sample unbiased (taking the first games to finish across all
     environments would favour short games) and the result deterministic for a seed.
 
+    A policy that takes ``rows`` is asked only about the environments still owed games:
+    ``policy(observations[rows], first=first[rows], rows=rows)`` with ``rows`` their indices
+    (ascending, never empty), so the tail of an evaluation, where one long game plays on after
+    the others have met their quotas, costs one row of the network instead of ``N``. The
+    environments past their quotas still step (with action 0 unless ε explores), and the
+    ε-greedy draws stay those of all ``N``, so the games counted are the same as with whole
+    batches wherever the policy's action for a row depends on that row alone. Any other policy
+    is called with all ``N`` rows every step.
+
     Args:
       policy: observations ``[N, ...]`` -> integer actions ``[N]`` (greedy; ε is added here).
       env_id: any id :func:`zoo.envs.make` accepts.
@@ -123,11 +134,13 @@ def evaluate(
     lengths: list[int] = []
     agent_steps = 0
     truncated = False
-    # A recurrent policy resets its state where a game starts: it takes ``first=`` if it can.
+    # A recurrent policy resets its state where a game starts: it takes ``first=`` if it can;
+    # one that takes ``rows=`` is asked only about the environments still owed games.
     try:
-        takes_first = "first" in inspect.signature(policy).parameters
+        parameters = inspect.signature(policy).parameters
     except (TypeError, ValueError):
-        takes_first = False
+        parameters = {}
+    takes_first, takes_rows = "first" in parameters, "rows" in parameters
     cap = env.max_episode_steps
     bound = step_bound(episodes, num_envs, cap, max_steps)
 
@@ -151,15 +164,7 @@ def evaluate(
             if max_steps is not None and agent_steps + num_envs > max_steps:
                 truncated = True
                 break
-            if takes_first:
-                greedy = np.asarray(policy(timestep.observation, first=timestep.first))
-            else:
-                greedy = np.asarray(policy(timestep.observation))
-            if greedy.shape != (num_envs,):
-                raise ValueError(
-                    f"policy must return {num_envs} actions (shape ({num_envs},)), "
-                    f"got shape {greedy.shape}"
-                )
+            greedy = _greedy_actions(policy, timestep, counted < quota, takes_first, takes_rows)
             explore = rng.random(num_envs) < eps
             random_actions = rng.integers(0, env.num_actions, num_envs)
             actions = np.where(explore, random_actions, greedy).astype(np.int32)
@@ -184,6 +189,33 @@ def evaluate(
         "env_id": env.env_id,
         "seed": seed,
     }
+
+
+def _greedy_actions(
+    policy: Policy, timestep: Any, owed: np.ndarray, takes_first: bool, takes_rows: bool
+) -> np.ndarray:
+    """The policy's actions for all ``N`` environments: asked of every row, or (a policy that
+    takes ``rows``) of the rows still ``owed`` games only, the others 0."""
+
+    num_envs = len(owed)
+    rows = np.flatnonzero(owed) if takes_rows else None
+    observation, first = timestep.observation, timestep.first
+    if rows is not None:
+        observation, first = np.asarray(observation)[rows], np.asarray(first)[rows]
+    kwargs: dict[str, Any] = {} if rows is None else {"rows": rows}
+    if takes_first:
+        kwargs["first"] = first
+    asked = np.asarray(policy(observation, **kwargs))
+    expected = num_envs if rows is None else len(rows)
+    if asked.shape != (expected,):
+        raise ValueError(
+            f"policy must return {expected} actions (shape ({expected},)), got shape {asked.shape}"
+        )
+    if rows is None:
+        return asked
+    greedy = np.zeros(num_envs, asked.dtype)
+    greedy[rows] = asked
+    return greedy
 
 
 def _summary(returns: list[float], lengths: list[int]) -> dict[str, float]:

@@ -175,7 +175,11 @@ def make_policy_fn(spec: AlgorithmSpec, num_actions: int) -> Callable[[Any, Any]
     """``policy_fn(online, key) -> policy(observations [N, ...]) -> actions [N]`` (greedy).
 
     Recurrent policies keep their core state between calls and reset it where a game starts
-    (``policy(observations, first=mask)``); ε-greedy is applied by the evaluator.
+    (``policy(observations, first=mask)``); ε-greedy is applied by the evaluator. Given
+    ``rows=`` (which environments the observations are, as :func:`zoo.envs.evaluate` passes
+    while some have met their quotas), the policy acts for those rows only: a recurrent state
+    is read and written at those rows, and the batch is padded to the next power of two (no
+    wider than the widest call so far) so that a shrinking batch compiles a few sizes only.
     """
 
     @eqx.filter_jit
@@ -192,19 +196,49 @@ def make_policy_fn(spec: AlgorithmSpec, num_actions: int) -> Callable[[Any, Any]
         return actions, state
 
     def policy_fn(online: Any, key: Any) -> Callable:
-        box = {"state": None, "key": key}
+        box: dict[str, Any] = {"state": None, "key": key, "widest": 0}
 
-        def policy(observations: Any, first: Any = None) -> np.ndarray:
+        def policy(observations: Any, first: Any = None, rows: Any = None) -> np.ndarray:
             obs = jnp.asarray(observations)
-            if first is None:
-                first = np.zeros(obs.shape[0], bool)
+            n = obs.shape[0]
+            first = np.zeros(n, bool) if first is None else np.asarray(first, bool)
             box["key"], k = jax.random.split(box["key"])
-            actions, box["state"] = greedy(online, obs, box["state"], jnp.asarray(first), k)
-            return np.asarray(actions)
+            box["widest"] = max(box["widest"], n)
+            if rows is None:
+                actions, box["state"] = greedy(online, obs, box["state"], jnp.asarray(first), k)
+                return np.asarray(actions)
+            rows = np.asarray(rows, np.int64)
+            width = min(1 << (n - 1).bit_length(), box["widest"])
+            pad = np.minimum(np.arange(width), n - 1)  # repeat the last row: its result is dropped
+            state = None
+            if spec.recurrent:
+                box["state"] = _state_rows(box["state"], int(rows.max()) + 1, online)
+                state = jax.tree.map(lambda x: x[rows[pad]], box["state"])
+            actions, state = greedy(online, obs[pad], state, jnp.asarray(first[pad]), k)
+            if spec.recurrent:
+                box["state"] = jax.tree.map(
+                    lambda full, new: full.at[rows].set(new[:n]), box["state"], state
+                )
+            return np.asarray(actions[:n])
 
         return policy
 
     return policy_fn
+
+
+def _state_rows(state: Any, rows: int, online: Any) -> Any:
+    """A recurrent policy's state with at least ``rows`` environments: new ones at the
+    network's initial state."""
+
+    have = 0 if state is None else jax.tree.leaves(state)[0].shape[0]
+    if have >= rows:
+        return state
+    more = jax.tree.map(
+        lambda x: jnp.broadcast_to(x, (rows - have, *x.shape)), online.initial_state()
+    )
+    if state is None:
+        return more
+    return jax.tree.map(lambda a, b: jnp.concatenate([a, b]), state, more)
 
 
 def load_policy(run_dir: str | os.PathLike[str], *, step: int | None = None) -> Callable:
