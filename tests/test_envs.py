@@ -658,6 +658,78 @@ def test_episode_tracker_counts_games_not_lives():
     assert tracker.total_games == 2 and tracker.mean_recent_return() == 9.0
 
 
+@pytest.mark.parametrize(
+    ("env_id", "backend", "subsets"),
+    [("Breakout-v5", "envpool", True), ("CartPole-v1", "gymnasium", False)],
+)
+@pytest.mark.compiled
+def test_retired_environments_leave_the_others_stepping_as_before(env_id, backend, subsets):
+    """After ``retire``, ``step`` takes and returns the active environments' rows only, and they
+    are the rows of the same environments stepped all together (frame stacks, lives, game ends
+    and autoresets included). envpool steps the active environments only (its asynchronous
+    pool); gymnasium steps them all and drops the retired rows."""
+    n, steps = 3, 400
+    rng = np.random.default_rng(0)
+    num_actions = 4 if env_id == "Breakout-v5" else 2
+    actions = rng.integers(0, num_actions, (steps, n)).astype(np.int32)
+    retire_at = {150: [1], 300: [0]}
+    made = dict(num_envs=n, seed=5, training=False, backend=backend)
+    with ze.make(env_id, **made) as whole, ze.make(env_id, **made, retiring=True) as some:
+        assert some.skips_retired == subsets and not whole.skips_retired
+        for name in TimeStep._fields:
+            a, b = getattr(whole.reset(), name), getattr(some.reset(), name)
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        game_overs = 0
+        for t in range(steps):
+            if t in retire_at:
+                some.retire(retire_at[t])
+            active = some.active
+            expected, got = whole.step(actions[t]), some.step(actions[t][active])
+            for name in TimeStep._fields:
+                np.testing.assert_array_equal(
+                    getattr(got, name), getattr(expected, name)[active], err_msg=f"{name}, {t}"
+                )
+            game_overs += int(np.asarray(expected.game_over)[active].sum())
+        assert list(some.active) == [2] and game_overs >= 2
+        with pytest.raises(ValueError, match=r"shape \(1,\) \(one per active environment\)"):
+            some.step(actions[0])
+        with pytest.raises(ValueError, match="env_ids must lie in"):
+            some.retire([3])
+        some.retire([2])
+        with pytest.raises(RuntimeError, match="every environment is retired"):
+            some.step(actions[0][:0])
+
+
+@pytest.mark.unit
+def test_episode_tracker_follows_the_rows_of_the_environments_it_is_given():
+    """With ``env_ids``, the rows are those environments: a game is credited to its own
+    environment's running return and length, whichever row it arrives in."""
+    tracker = ze.EpisodeTracker(3)
+    tracker.update(make_timestep3([0, 0, 0], valid=[False] * 3))
+    tracker.update(make_timestep3([1, 2, 4]))
+    tracker.update(make_timestep3([10, 20], over=[False, True]), env_ids=[0, 2])
+    finished = tracker.update(make_timestep3([100, 200], over=[True, False]), env_ids=[0, 1])
+    assert finished == [ze.Episode(111.0, 3, 0)]
+    assert tracker.recent[0] == ze.Episode(24.0, 2, 2)
+    finished = tracker.update(make_timestep3([5], over=[True]), env_ids=[1])
+    assert finished == [ze.Episode(207.0, 3, 1)]
+
+
+def make_timestep3(reward, valid=None, over=None):
+    k = len(reward)
+    flags = np.zeros(k, bool)
+    return TimeStep(
+        observation=np.zeros((k, 1), np.float32),
+        reward=np.asarray(reward, np.float32),
+        raw_reward=np.asarray(reward, np.float32),
+        terminated=np.asarray(over if over is not None else flags, bool),
+        truncated=flags,
+        first=~np.asarray(valid if valid is not None else np.ones(k, bool), bool),
+        game_over=np.asarray(over if over is not None else flags, bool),
+        valid=np.asarray(valid if valid is not None else np.ones(k, bool), bool),
+    )
+
+
 @pytest.mark.compiled
 def test_xla_compiled_cartpole_loop():
     jax = pytest.importorskip("jax")

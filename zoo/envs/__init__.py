@@ -65,13 +65,13 @@ no-op frame; envpool's ``use_fire_reset`` defaults to True and every protocol he
 (neither dqn_zoo nor Dopamine presses FIRE); with ``batch_size == num_envs``, ``info["env_id"]``
 came back in order (:class:`VectorEnv` reorders by it anyway, on the host and in XLA).
 
-**XLA**: envpool's XLA interface works with jax 0.10.2 on CPU: a jitted ``lax.scan`` of 10
-``step`` calls on CartPole-v1 (handle in the carry, after ``env.reset()``) returns the same
-autoreset semantics, and a scan on Breakout-v5 the same :class:`TimeStep` as the host path, step
-for step. :meth:`VectorEnv.xla`'s step returns that :class:`TimeStep` itself; its handle
-(:class:`~zoo.envs.core.XlaHandle`) carries what the rules above remember between steps (the
-previous ``game_over``, the lives, the age of the stack). :attr:`VectorEnv.has_xla` says whether
-the interface works (always False for gymnasium).
+**Retiring environments** (:meth:`VectorEnv.retire`, what :func:`evaluate` does once an
+environment has played its quota): made with ``retiring=True``, the pool of envpool's Atari
+games is asynchronous with ``batch_size=1``, and a step sends the active environments' actions
+and receives as many single results (reordered by ``env_id``): each environment plays the same
+game as in the synchronous pool, step for step (asserted on Breakout), and a retired one no
+longer steps. Classic control keeps the synchronous pool (its steps cost microseconds, less than
+an asynchronous step's overhead) and steps retired environments unseen.
 """
 
 from __future__ import annotations

@@ -62,7 +62,11 @@ def _envpool_raw_step(
 
 
 class EnvpoolBackend:
-    """envpool's synchronous gymnasium-style pool (``batch_size == num_envs``)."""
+    """envpool's gymnasium-style pool: synchronous (``batch_size == num_envs``), or with
+    ``subsets`` asynchronous with ``batch_size == 1``, so that :meth:`step_some` steps only the
+    environments it names (an evaluation's environments still owed games). Both step each
+    environment the same way (env ``i`` seeded ``seed + i``); the asynchronous pool has no XLA
+    interface."""
 
     name = "envpool"
 
@@ -73,6 +77,7 @@ class EnvpoolBackend:
         num_envs: int,
         seed: int,
         kwargs: Mapping[str, Any],
+        subsets: bool = False,
     ) -> None:
         import envpool
 
@@ -83,12 +88,15 @@ class EnvpoolBackend:
                 env_id,
                 env_type="gymnasium",
                 num_envs=num_envs,
-                batch_size=num_envs,
+                batch_size=1 if subsets else num_envs,
                 seed=seed,
                 **kwargs,
             )
             _check_discrete(self._pool.action_space, env_id, self._pool.close)
             space = self._pool.observation_space
+        #: Whether :meth:`step_some` steps some environments only (the asynchronous pool).
+        self.steps_subsets = subsets
+        self._all = np.arange(num_envs, dtype=np.int32)
         self._xla: tuple[Any, Callable, Callable, Callable] | None = None
         self.max_episode_steps: int | None = int(self._pool.spec.config.max_episode_steps)
         self.observation_shape = tuple(space.shape)
@@ -96,16 +104,45 @@ class EnvpoolBackend:
         self.num_actions = int(self._pool.action_space.n)
 
     def reset(self) -> RawStep:
-        obs, info = self._pool.reset()
+        if self.steps_subsets:
+            self._pool.async_reset()
+            obs, _, _, _, info = self._received(len(self._all))
+        else:
+            obs, info = self._pool.reset()
         n = len(info["env_id"])
         zeros = np.zeros(n, bool)
         return _envpool_raw_step(np, obs, np.zeros(n, np.float32), zeros, zeros, info)
 
     def step(self, actions: np.ndarray) -> RawStep:
+        if self.steps_subsets:
+            return self.step_some(actions, self._all)
         obs, reward, terminated, truncated, info = self._pool.step(actions)
         return _envpool_raw_step(np, obs, reward, terminated, truncated, info)
 
+    def step_some(self, actions: np.ndarray, env_ids: np.ndarray) -> RawStep:
+        """Step the environments ``env_ids`` (ascending) only; rows in that order. Only a pool
+        built with ``subsets``; the others do not step."""
+        if not self.steps_subsets:
+            raise RuntimeError("step_some needs an EnvpoolBackend built with subsets=True")
+        self._pool.send(actions, np.asarray(env_ids, np.int32))
+        return _envpool_raw_step(np, *self._received(len(env_ids)))
+
+    def _received(self, count: int) -> tuple[Any, ...]:
+        """``count`` single-environment results of the asynchronous pool, concatenated."""
+        parts = [self._pool.recv() for _ in range(count)]
+        info = {
+            key: np.concatenate([part[4][key] for part in parts])
+            for key in ("env_id", "elapsed_step", "lives")
+            if key in parts[0][4]
+        }
+        return (*(np.concatenate([part[i] for part in parts]) for i in range(4)), info)
+
     def xla(self) -> tuple[Any, Callable, Callable, Callable]:
+        if self.steps_subsets:
+            raise XlaUnavailableError(
+                "an environment made with subsets=True (asynchronous envpool pool) steps on the "
+                "host only; make it without subsets for a compiled loop"
+            )
         if self._xla is None:
             try:
                 self._xla = self._pool.xla()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -26,6 +26,7 @@ __all__ = [
     "Episode",
     "EpisodeTracker",
     "ProtocolMismatchError",
+    "StepsSubsets",
     "TimeStep",
     "UnknownEnvironmentError",
     "UnsupportedEnvironmentError",
@@ -241,6 +242,16 @@ class Backend(Protocol):
     def xla_raw_step(self, output: Any) -> RawStep: ...
 
 
+@runtime_checkable
+class StepsSubsets(Protocol):
+    """A backend that can step some of its environments only (envpool's asynchronous pool):
+    :meth:`VectorEnv.step` uses it once environments are retired."""
+
+    steps_subsets: bool
+
+    def step_some(self, actions: np.ndarray, env_ids: np.ndarray) -> RawStep: ...
+
+
 class VectorEnv:
     """``num_envs`` environments stepped together, with envpool's "next step" autoreset.
 
@@ -299,6 +310,7 @@ class VectorEnv:
             repeat_first_frame=protocol.game_start_stack == "repeat",
         )
         self._state: EnvState | None = None
+        self._active = np.arange(num_envs)
         self._closed = False
 
     @property
@@ -307,30 +319,80 @@ class VectorEnv:
         return self.observation_shape[1:] if self.stack > 1 else self.observation_shape
 
     def reset(self) -> TimeStep:
-        """Reset every environment; all observations are ``first`` and none is ``valid``."""
+        """Reset every environment; all observations are ``first`` and none is ``valid``.
+        Retired environments (:meth:`retire`) stay retired."""
         raw = self._backend.reset()
         timestep, self._state = finish_timestep(np, raw, state_before_reset(np, raw), self._rules)
+        if len(self._active) < self.num_envs:
+            timestep = TimeStep(*(np.asarray(x)[self._active] for x in timestep))
         return timestep
 
+    @property
+    def skips_retired(self) -> bool:
+        """Whether retired environments stop stepping (envpool's Atari games made with
+        ``retiring=True``); otherwise they step on unseen, with action 0."""
+        return isinstance(self._backend, StepsSubsets) and self._backend.steps_subsets
+
+    @property
+    def active(self) -> np.ndarray:
+        """The environments :meth:`step` steps (ascending): all of them until some are
+        retired."""
+        return self._active.copy()
+
+    def retire(self, env_ids: Any) -> None:
+        """Stop stepping the environments ``env_ids``, for good: from now on :meth:`step` takes
+        the actions of the :attr:`active` environments only and returns their rows only.
+
+        An evaluation retires an environment once it has played its quota of games. Made with
+        ``retiring=True`` (:func:`zoo.envs.make`), envpool's Atari games step the active ones only;
+        the other backends still step the retired ones (with action 0) and drop their rows.
+        """
+        env_ids = np.unique(np.asarray(env_ids, np.int64).reshape(-1))
+        if env_ids.size and (env_ids[0] < 0 or env_ids[-1] >= self.num_envs):
+            raise ValueError(
+                f"env_ids must lie in [0, {self.num_envs}), got {env_ids.min()}..{env_ids.max()}"
+            )
+        self._active = np.setdiff1d(self._active, env_ids)
+
     def step(self, actions: np.ndarray) -> TimeStep:
-        """Step every environment with ``actions`` (integers, shape ``[num_envs]``).
+        """Step every :attr:`active` environment with ``actions`` (integers, one per active
+        environment: shape ``[num_envs]`` until some are retired).
 
         An environment whose previous step ended its game (``game_over``) ignores its action and
         returns its next game's first observation (``valid`` False, reward 0).
         """
         if self._state is None:
             raise RuntimeError("call reset() before step()")
+        active = self._active
+        if not len(active):
+            raise RuntimeError("every environment is retired; there is nothing to step")
         actions = np.asarray(actions)
-        if actions.shape != (self.num_envs,):
-            raise ValueError(f"actions must have shape ({self.num_envs},), got {actions.shape}")
+        if actions.shape != (len(active),):
+            which = "" if len(active) == self.num_envs else " (one per active environment)"
+            raise ValueError(
+                f"actions must have shape ({len(active)},){which}, got {actions.shape}"
+            )
         if not np.issubdtype(actions.dtype, np.integer):
             raise TypeError(f"actions must be integers, got dtype {actions.dtype}")
         if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
             raise ValueError(
                 f"actions must lie in [0, {self.num_actions}), got {actions.min()}..{actions.max()}"
             )
-        raw = self._backend.step(actions.astype(np.int32, copy=False))
-        timestep, self._state = finish_timestep(np, raw, self._state, self._rules)
+        actions = actions.astype(np.int32, copy=False)
+        if len(active) == self.num_envs:
+            raw = self._backend.step(actions)
+            timestep, self._state = finish_timestep(np, raw, self._state, self._rules)
+            return timestep
+        if self.skips_retired:
+            raw = self._backend.step_some(actions, active)
+        else:  # the retired environments step too, with action 0; their rows are dropped
+            every = np.zeros(self.num_envs, np.int32)
+            every[active] = actions
+            raw = RawStep(*(np.asarray(x)[active] for x in self._backend.step(every)))
+        state = EnvState(*(x[active] for x in self._state))
+        timestep, state = finish_timestep(np, raw, state, self._rules)
+        for whole, rows in zip(self._state, state, strict=True):
+            whole[active] = rows
         return timestep
 
     def xla(self) -> tuple[XlaHandle, Callable, Callable, Callable]:
@@ -452,17 +514,24 @@ class EpisodeTracker:
         #: Games finished since construction.
         self.total_games = 0
 
-    def update(self, timestep: TimeStep) -> list[Episode]:
-        """Account one vector step; returns the games that finished on it (in env order)."""
+    def update(self, timestep: TimeStep, env_ids: Any = None) -> list[Episode]:
+        """Account one vector step; returns the games that finished on it (in env order).
+
+        ``env_ids``: which environments the timestep's rows are (a :class:`VectorEnv` with
+        retired environments: its ``active``); all of them by default.
+        """
+        rows = np.arange(len(self._returns)) if env_ids is None else np.asarray(env_ids)
         valid = np.asarray(timestep.valid)
-        self._returns[~valid] = 0.0
-        self._lengths[~valid] = 0
-        self._returns += np.where(valid, np.asarray(timestep.raw_reward, np.float64), 0.0)
-        self._lengths += valid
-        over = np.flatnonzero(np.asarray(timestep.game_over))
-        finished = [Episode(float(self._returns[i]), int(self._lengths[i]), int(i)) for i in over]
-        self._returns[over] = 0.0
-        self._lengths[over] = 0
+        returns = np.where(valid, self._returns[rows], 0.0)
+        lengths = np.where(valid, self._lengths[rows], 0)
+        returns += np.where(valid, np.asarray(timestep.raw_reward, np.float64), 0.0)
+        lengths += valid
+        over = np.asarray(timestep.game_over, bool)
+        finished = [
+            Episode(float(returns[k]), int(lengths[k]), int(rows[k])) for k in np.flatnonzero(over)
+        ]
+        self._returns[rows] = np.where(over, 0.0, returns)
+        self._lengths[rows] = np.where(over, 0, lengths)
         self.recent.extend(finished)
         self.total_games += len(finished)
         return finished

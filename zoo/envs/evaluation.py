@@ -77,14 +77,15 @@ def evaluate(
     quotas before playing keeps the sample unbiased (taking the first games to finish across all
     environments would favour short games) and the result deterministic for a seed.
 
-    A policy that takes ``rows`` is asked only about the environments still owed games:
-    ``policy(observations[rows], first=first[rows], rows=rows)`` with ``rows`` their indices
-    (ascending, never empty), so the tail of an evaluation, where one long game plays on after
-    the others have met their quotas, costs one row of the network instead of ``N``. The
-    environments past their quotas still step (with action 0 unless ε explores), and the
-    ε-greedy draws stay those of all ``N``, so the games counted are the same as with whole
-    batches wherever the policy's action for a row depends on that row alone. Any other policy
-    is called with all ``N`` rows every step.
+    An environment that has played its quota is retired (:meth:`VectorEnv.retire`): envpool
+    stops stepping it, so the tail of an evaluation, where one long game plays on after the
+    others have met their quotas, steps one environment instead of ``N``. A policy that takes
+    ``rows`` is asked only about the environments still owed games, ``policy(observations[rows],
+    first=first[rows], rows=rows)`` with ``rows`` their indices (ascending, never empty); any
+    other policy is asked about all ``N`` rows every step (a retired row holds its last
+    observation; its answer is unused). The ε-greedy draws stay those of all ``N``, so the games
+    counted are those of whole-batch steps wherever the policy's action for a row depends on
+    that row alone.
 
     Args:
       policy: observations ``[N, ...]`` -> integer actions ``[N]`` (greedy; ε is added here).
@@ -92,7 +93,9 @@ def evaluate(
       protocol: protocol name or object (default as in :func:`zoo.envs.make`).
       episodes: number of games to count.
       seed: seeds the environments and the ε-greedy draws.
-      max_steps: budget in agent steps summed over the environments (``N`` per vector step);
+      max_steps: budget in agent steps summed over the environments (``N`` per vector step,
+        retired environments included, so a budget ends an evaluation at the same step however
+        many environments still play);
         when it runs out before ``episodes`` games finish, the result has ``truncated=True`` and
         summarises the games that did finish.
       num_envs: environments played in parallel.
@@ -121,6 +124,7 @@ def evaluate(
         training=False,
         backend=backend,
         env_kwargs=env_kwargs,
+        retiring=True,
     )
     resolved = env.protocol
     eps = resolved.eval_epsilon if epsilon is None else float(epsilon)
@@ -158,23 +162,32 @@ def evaluate(
             )
 
     with env:
+        # the environments' latest observations and first flags, retired ones included (a
+        # policy without ``rows`` is asked about every row; a retired row's answer is unused)
         timestep = env.reset()
+        observation, first = np.array(timestep.observation), np.array(timestep.first)
+        env.retire(np.flatnonzero(quota == 0))
         report()
         while np.any(counted < quota):
             if max_steps is not None and agent_steps + num_envs > max_steps:
                 truncated = True
                 break
-            greedy = _greedy_actions(policy, timestep, counted < quota, takes_first, takes_rows)
+            owed = counted < quota
+            greedy = _greedy_actions(policy, observation, first, owed, takes_first, takes_rows)
             explore = rng.random(num_envs) < eps
             random_actions = rng.integers(0, env.num_actions, num_envs)
             actions = np.where(explore, random_actions, greedy).astype(np.int32)
-            timestep = env.step(actions)
+            active = env.active
+            timestep = env.step(actions[active])
+            observation[active], first[active] = timestep.observation, timestep.first
             agent_steps += num_envs
-            for episode in tracker.update(timestep):
+            for episode in tracker.update(timestep, active):
                 if counted[episode.env_index] < quota[episode.env_index]:
                     counted[episode.env_index] += 1
                     returns.append(episode.episode_return)
                     lengths.append(episode.length)
+                    if counted[episode.env_index] == quota[episode.env_index]:
+                        env.retire(episode.env_index)
             report()
     return {
         **_summary(returns, lengths),
@@ -192,16 +205,20 @@ def evaluate(
 
 
 def _greedy_actions(
-    policy: Policy, timestep: Any, owed: np.ndarray, takes_first: bool, takes_rows: bool
+    policy: Policy,
+    observation: np.ndarray,
+    first: np.ndarray,
+    owed: np.ndarray,
+    takes_first: bool,
+    takes_rows: bool,
 ) -> np.ndarray:
     """The policy's actions for all ``N`` environments: asked of every row, or (a policy that
     takes ``rows``) of the rows still ``owed`` games only, the others 0."""
 
     num_envs = len(owed)
     rows = np.flatnonzero(owed) if takes_rows else None
-    observation, first = timestep.observation, timestep.first
     if rows is not None:
-        observation, first = np.asarray(observation)[rows], np.asarray(first)[rows]
+        observation, first = observation[rows], first[rows]
     kwargs: dict[str, Any] = {} if rows is None else {"rows": rows}
     if takes_first:
         kwargs["first"] = first

@@ -246,6 +246,7 @@ def make(
     training: bool = True,
     backend: BackendName = "auto",
     env_kwargs: Mapping[str, Any] | None = None,
+    retiring: bool = False,
 ) -> VectorEnv:
     """``num_envs`` environments ``env_id`` under ``protocol``, as one :class:`VectorEnv`.
 
@@ -266,6 +267,10 @@ def make(
         ``AtariVectorEnv``, ``gymnasium.make``, or gymnax's ``EnvParams`` fields); they
         override the protocol's (e.g. ``{"max_episode_steps": 50}`` on envpool for a quick
         truncation test).
+      retiring: environments will be retired (:meth:`VectorEnv.retire`, as an evaluation does
+        once one has played its quota): for envpool's Atari games an asynchronous pool then
+        steps only the active ones (it has no XLA interface). Other environments step retired
+        ones anyway (:attr:`VectorEnv.skips_retired` says which).
 
     Raises:
       UnknownEnvironmentError: the id is unknown (the message lists close matches).
@@ -301,8 +306,17 @@ def make(
                 "info['lives'] and applies the protocol's life_loss_terminal and "
                 "life_loss_resets_stack itself (choose a protocol that has them)"
             )
-        kind = EnvpoolBackend if info.backend == "envpool" else AleBackend
-        env_backend = kind(info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs)
+        if info.backend == "envpool":
+            # An Atari step (emulation, resizing) costs about a millisecond, so the asynchronous
+            # pool's dearer step pays where retired games stop; a classic-control step costs
+            # microseconds, and there the synchronous pool stepping them all is the faster
+            # (docs/performance.md, "The evaluator's tail").
+            subsets = retiring and info.suite == "atari"
+            env_backend = EnvpoolBackend(
+                info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs, subsets=subsets
+            )
+        else:
+            env_backend = AleBackend(info.env_id, num_envs=num_envs, seed=seed, kwargs=kwargs)
     else:  # gymnasium or gymnax: classic control and MinAtar
         own, made = (
             (resolved.gymnax_kwargs, GymnaxBackend)

@@ -199,27 +199,30 @@ def make_policy_fn(spec: AlgorithmSpec, num_actions: int) -> Callable[[Any, Any]
         box: dict[str, Any] = {"state": None, "key": key, "widest": 0}
 
         def policy(observations: Any, first: Any = None, rows: Any = None) -> np.ndarray:
-            obs = jnp.asarray(observations)
-            n = obs.shape[0]
+            n = len(observations)
             first = np.zeros(n, bool) if first is None else np.asarray(first, bool)
             box["key"], k = jax.random.split(box["key"])
             box["widest"] = max(box["widest"], n)
             if rows is None:
+                obs = jnp.asarray(observations)
                 actions, box["state"] = greedy(online, obs, box["state"], jnp.asarray(first), k)
                 return np.asarray(actions)
-            rows = np.asarray(rows, np.int64)
+            index = np.asarray(rows, np.int64)
             width = min(1 << (n - 1).bit_length(), box["widest"])
-            pad = np.minimum(np.arange(width), n - 1)  # repeat the last row: its result is dropped
+            if width > n:  # repeat the last row: its result is dropped
+                pad = np.minimum(np.arange(width), n - 1)
+                observations, first, index = np.asarray(observations)[pad], first[pad], index[pad]
             state = None
             if spec.recurrent:
-                box["state"] = _state_rows(box["state"], int(rows.max()) + 1, online)
-                state = jax.tree.map(lambda x: x[rows[pad]], box["state"])
-            actions, state = greedy(online, obs[pad], state, jnp.asarray(first[pad]), k)
+                box["state"] = _state_rows(box["state"], int(index.max()) + 1, online)
+                state = jax.tree.map(lambda x: x[index], box["state"])
+            obs = jnp.asarray(observations)
+            actions, state = greedy(online, obs, state, jnp.asarray(first), k)
             if spec.recurrent:
                 box["state"] = jax.tree.map(
-                    lambda full, new: full.at[rows].set(new[:n]), box["state"], state
+                    lambda full, new: full.at[index[:n]].set(new[:n]), box["state"], state
                 )
-            return np.asarray(actions[:n])
+            return np.asarray(actions)[:n]
 
         return policy
 
