@@ -172,12 +172,12 @@ def evaluate(
             if max_steps is not None and agent_steps + num_envs > max_steps:
                 truncated = True
                 break
-            owed = counted < quota
-            greedy = _greedy_actions(policy, observation, first, owed, takes_first, takes_rows)
+            active = env.active  # the environments still owed games
+            rows = active if takes_rows else None
+            greedy = _greedy_actions(policy, observation, first, rows, takes_first)
             explore = rng.random(num_envs) < eps
             random_actions = rng.integers(0, env.num_actions, num_envs)
             actions = np.where(explore, random_actions, greedy).astype(np.int32)
-            active = env.active
             timestep = env.step(actions[active])
             observation[active], first[active] = timestep.observation, timestep.first
             agent_steps += num_envs
@@ -208,18 +208,17 @@ def _greedy_actions(
     policy: Policy,
     observation: np.ndarray,
     first: np.ndarray,
-    owed: np.ndarray,
+    rows: np.ndarray | None,
     takes_first: bool,
-    takes_rows: bool,
 ) -> np.ndarray:
-    """The policy's actions for all ``N`` environments: asked of every row, or (a policy that
-    takes ``rows``) of the rows still ``owed`` games only, the others 0."""
+    """The policy's actions for all ``N`` environments: asked of every row, or (``rows``, for
+    a policy that takes them) of those rows only, the others 0."""
 
-    num_envs = len(owed)
-    rows = np.flatnonzero(owed) if takes_rows else None
+    num_envs = len(observation)
+    kwargs: dict[str, Any] = {}
     if rows is not None:
         observation, first = observation[rows], first[rows]
-    kwargs: dict[str, Any] = {} if rows is None else {"rows": rows}
+        kwargs["rows"] = rows
     if takes_first:
         kwargs["first"] = first
     asked = np.asarray(policy(observation, **kwargs))
